@@ -1,0 +1,348 @@
+"""TiCDC Open Protocol decoder: one Kafka record -> its events (open-protocol.md sections 1-4).
+
+``decode_record`` is the applier's hot path. It frames the record, parses every key and value
+document with orjson, validates cheaply and converts column values in place (see values.py).
+Every kind of bad input surfaces as :class:`MalformedRecordError` carrying the record's position:
+helpers raise the internal ``Problem`` and one try/except around the loop converts it (and any
+unexpected exception from a missing or mistyped field) instead of pre-checking every field twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from applier.codec.compression import Decompressor, decompressor
+from applier.codec.errors import MalformedRecordError
+from applier.codec.events import (
+    KIND_DDL,
+    KIND_RESOLVED,
+    KIND_ROW,
+    DDLEvent,
+    Event,
+    LargeMessageEvent,
+    Position,
+    ResolvedEvent,
+    Row,
+    RowEvent,
+    RowKind,
+)
+from applier.codec.framing import split_record
+from applier.codec.problem import Problem
+from applier.codec.values import ValuePlan, fast_columns, normalize_row
+
+__all__ = ["DEFAULT_OPTIONS", "DecoderOptions", "decode_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderOptions:
+    """Producer settings that cannot be detected from the data itself.
+
+    ``legacy_base64_strings``: TiCDC < v4.0.5 sent CHAR/VARCHAR (15, 253, 254) values as base64
+    (and no ``f``); they are decoded to bytes, then to str unless the column is binary.
+    ``compression``: None, ``"snappy"`` (raw block format) or ``"lz4"`` (frame format); applies to
+    every non-empty value document, never to keys.
+    """
+
+    legacy_base64_strings: bool = False
+    compression: str | None = None
+
+    def __post_init__(self) -> None:
+        decompressor(self.compression)  # reject an unknown algorithm at configuration time
+
+
+DEFAULT_OPTIONS = DecoderOptions()
+
+# Events are built with positional arguments (about twice as fast as keywords for these
+# slotted dataclasses); the argument order is the field order of the contract in events.py.
+_loads = orjson.loads
+_INSERT, _UPDATE, _DELETE = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
+# The fast path compares the key's kind by identity: CPython keeps one object per small int, so
+# an int 1 from the parser *is* KIND_ROW; anything else (true, 1.0) just takes the careful path.
+_ROW, _RESOLVED = KIND_ROW, KIND_RESOLVED
+_plans: dict[DecoderOptions, tuple[ValuePlan, Decompressor | None]] = {}
+
+
+def _plan_for(options: DecoderOptions) -> tuple[ValuePlan, Decompressor | None]:
+    plan = _plans.get(options)
+    if plan is None:
+        plan = (
+            ValuePlan(legacy_base64_strings=options.legacy_base64_strings),
+            decompressor(options.compression),
+        )
+        _plans[options] = plan
+    return plan
+
+
+def _fill_old(old: Row, new: Row) -> Row:
+    """``only-output-updated-columns``: ``p`` omits unchanged columns, so take them from ``u``.
+
+    Copies are made so that a later in-place change to one image never leaks into the other. The
+    result follows the new image's column order; columns only in ``p`` are kept at the end.
+    """
+    filled: Row = {}
+    for name, col in new.items():
+        prev = old.get(name)
+        filled[name] = prev if prev is not None else col.copy()  # type: ignore[assignment]
+    for name, col in old.items():
+        if name not in filled:
+            filled[name] = col
+    return filled
+
+
+def _row_images(val: Any, plan: ValuePlan) -> tuple[RowKind, Row | None, Row | None]:
+    """Kind, new image and old image of a row value document (``u``/``p``/``d``)."""
+    d = val.get("d")
+    if d is not None:
+        return _DELETE, None, normalize_row(d, plan)
+    u = val.get("u")
+    if u is None:
+        raise Problem("row value has neither u nor d")
+    new = normalize_row(u, plan)
+    p = val.get("p")
+    if p is None:
+        return _INSERT, new, None
+    old = normalize_row(p, plan)
+    if old.keys() != new.keys():
+        old = _fill_old(old, new)
+    return _UPDATE, new, old
+
+
+def _parse_object(doc: bytes | memoryview, what: str) -> dict[str, Any]:
+    obj = _loads(doc)
+    if type(obj) is not dict:
+        raise Problem(f"{what} JSON is not an object")
+    return obj
+
+
+def _large_row(
+    vdoc: bytes | memoryview,
+    plan: ValuePlan,
+    ts: int,
+    scm: str,
+    tbl: str,
+    ptn: int | None,
+    pos: Position,
+) -> RowEvent | None:
+    """What an ``ohk``/``ccl`` event's value carries, decoded like any row, if it carries a row."""
+    if not vdoc:
+        return None
+    val = _parse_object(vdoc, "value")
+    if "u" not in val and "d" not in val and "p" not in val:
+        return None
+    kind, new, old = _row_images(val, plan)
+    return RowEvent(ts, scm, tbl, kind, new, old, ptn, pos)
+
+
+def _malformed(
+    reason: str, excerpt: Any, topic: str, partition: int, offset: int, index: int
+) -> MalformedRecordError:
+    if excerpt is None:
+        excerpt = b""
+    elif not isinstance(excerpt, bytes | str):
+        excerpt = bytes(excerpt[: MalformedRecordError.EXCERPT_BYTES])
+    return MalformedRecordError(
+        reason, topic=topic, partition=partition, offset=offset, index=index, excerpt=excerpt
+    )
+
+
+def _careful_event(
+    kdoc: bytes, vdoc: Any, plan: ValuePlan, decompress: Decompressor | None, pos: Position
+) -> Event:
+    """Decode one event with every check spelled out: the reference behaviour.
+
+    Raises :class:`_EventError` (reason, excerpt) for bad input: the excerpt is the Problem's own
+    when it has one, else the document being looked at (the key, then the decompressed value).
+    """
+    doc: Any = kdoc
+    try:
+        k = _loads(kdoc)
+        if type(k) is not dict:
+            raise Problem("key JSON is not an object")
+        ts = k.get("ts")
+        if type(ts) is not int or ts < 0:
+            raise Problem("key ts is missing or not an unsigned integer")
+        kind = k.get("t")
+        if kind == KIND_ROW and type(kind) is int:
+            scm = k.get("scm", "")
+            tbl = k.get("tbl", "")
+            if type(scm) is not str or type(tbl) is not str:
+                raise Problem("key scm/tbl is not a string")
+            ptn = k.get("ptn")
+            if ptn is not None and type(ptn) is not int:
+                raise Problem("key ptn is not an integer")
+            ohk = k.get("ohk")
+            ccl = k.get("ccl")
+            large = ohk or ccl is not None
+            if large:
+                if type(ohk) is not bool and ohk is not None:
+                    raise Problem("key ohk is not a boolean")
+                if ccl is not None and type(ccl) is not str:
+                    raise Problem("key ccl is not a string")
+            if decompress is not None and vdoc:
+                vdoc = decompress(vdoc)
+            doc = vdoc
+            if large:
+                row = _large_row(vdoc, plan, ts, scm, tbl, ptn, pos)
+                return LargeMessageEvent(ts, scm, tbl, bool(ohk), ccl, row, pos)
+            if not vdoc:
+                raise Problem("row event has an empty value")
+            val = _loads(vdoc)
+            if type(val) is not dict:
+                raise Problem("value JSON is not an object")
+            row_kind, new, old = _row_images(val, plan)
+            return RowEvent(ts, scm, tbl, row_kind, new, old, ptn, pos)
+        if kind == KIND_RESOLVED and type(kind) is int:
+            return ResolvedEvent(ts, pos)
+        if kind == KIND_DDL and type(kind) is int:
+            scm = k.get("scm", "")
+            tbl = k.get("tbl", "")
+            if type(scm) is not str or type(tbl) is not str:
+                raise Problem("key scm/tbl is not a string")
+            if decompress is not None and vdoc:
+                vdoc = decompress(vdoc)
+            doc = vdoc
+            if not vdoc:
+                raise Problem("DDL event has an empty value")
+            val = _parse_object(vdoc, "value")
+            query = val.get("q")
+            if type(query) is not str:
+                raise Problem("DDL value has no query string q")
+            ddl_type = val.get("t", 0)
+            if type(ddl_type) is not int:
+                raise Problem("DDL type t is not an integer")
+            return DDLEvent(ts, scm, tbl, query, ddl_type, pos)
+        raise Problem(f"unknown event kind t={kind!r}")
+    except Problem as e:
+        raise _EventError(e.reason, e.excerpt if e.excerpt is not None else doc) from e
+    except Exception as e:
+        raise _EventError(f"{type(e).__name__}: {e}", doc) from e
+
+
+class _EventError(Exception):
+    """An event that the careful path rejected: reason and excerpt, position still to be added."""
+
+    def __init__(self, reason: str, excerpt: Any) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.excerpt = excerpt
+
+
+def _split(key: Any, value: Any, topic: str, partition: int, offset: int) -> tuple[list[bytes], list[bytes]]:
+    try:
+        return split_record(key, value)
+    except Problem as e:
+        raise _malformed(e.reason, e.excerpt, topic, partition, offset, -1) from None
+    except Exception as e:  # e.g. a key of a type that is not bytes-like
+        raise _malformed(f"{type(e).__name__}: {e}", key, topic, partition, offset, -1) from None
+
+
+def decode_record(
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    options: DecoderOptions = DEFAULT_OPTIONS,
+) -> list[Event]:
+    """Decode every event of one Kafka record, in record order.
+
+    Raises MalformedRecordError for any input that is not valid Open Protocol; its ``index`` is
+    the event's index in the record, or -1 when the framing itself is broken.
+
+    Each event first takes the fast path, written for what current producers send: ordinary
+    row events (``{ts, scm, tbl, t: 1}`` keys, current column shapes) and resolved events. It
+    checks as it goes and, at the first thing it does not expect, the event is decoded again from
+    its bytes by :func:`_careful_event`, the reference, which accepts or explains. The fast path
+    never accepts what the careful one rejects (tests/unit/test_codec_fastpath.py compares them).
+    """
+    keys, values = _split(key, value, topic, partition, offset)
+    plan, decompress = _plan_for(options)
+    kinds = plan.kinds
+    loads = _loads
+    fast = fast_columns
+    events: list[Event] = []
+    append = events.append
+    for index in range(len(keys)):
+        kdoc = keys[index]
+        try:
+            k = loads(kdoc)
+            ts = k["ts"]
+            kind = k["t"]
+            if type(ts) is not int or ts < 0:
+                raise _Slow
+            if kind is _ROW:
+                if len(k) == 4:
+                    scm = k["scm"]
+                    tbl = k["tbl"]
+                    ptn = None
+                else:
+                    scm = k.get("scm", "")
+                    tbl = k.get("tbl", "")
+                    ptn = k.get("ptn")
+                    if ptn is not None and type(ptn) is not int:
+                        raise _Slow
+                    if k.get("ohk") or k.get("ccl") is not None:
+                        raise _Slow  # a large message: rare, left to the careful path
+                if type(scm) is not str or type(tbl) is not str:
+                    raise _Slow
+                vdoc = values[index]
+                if decompress is not None and vdoc:
+                    vdoc = decompress(vdoc)
+                val = loads(vdoc)
+                d = val.get("d")
+                if d is None:
+                    new = val["u"]
+                    p = val.get("p")
+                    if p is None:
+                        fast(new.values(), kinds)
+                        append(
+                            RowEvent(
+                                ts,
+                                scm,
+                                tbl,
+                                _INSERT,
+                                new,
+                                None,
+                                ptn,
+                                Position(topic, partition, offset, index),
+                            )
+                        )
+                    else:
+                        fast([*new.values(), *p.values()], kinds)
+                        if p.keys() != new.keys():
+                            p = _fill_old(p, new)
+                        append(
+                            RowEvent(
+                                ts, scm, tbl, _UPDATE, new, p, ptn, Position(topic, partition, offset, index)
+                            )
+                        )
+                else:
+                    fast(d.values(), kinds)
+                    append(
+                        RowEvent(
+                            ts, scm, tbl, _DELETE, None, d, ptn, Position(topic, partition, offset, index)
+                        )
+                    )
+                continue
+            if kind is _RESOLVED:
+                append(ResolvedEvent(ts, Position(topic, partition, offset, index)))
+                continue
+        except Exception:
+            pass
+        try:
+            append(
+                _careful_event(
+                    kdoc, values[index], plan, decompress, Position(topic, partition, offset, index)
+                )
+            )
+        except _EventError as e:
+            raise _malformed(e.reason, e.excerpt, topic, partition, offset, index) from e.__cause__
+    return events
+
+
+class _Slow(Exception):
+    """The fast path's "not sure": the event goes to the careful path."""

@@ -1,0 +1,332 @@
+"""One schema for every setting: command-line flags, ``APPLIER_*`` variables and the TOML file.
+
+Each setting is described once (as data, in ``SETTINGS``); the argument parser, the environment
+lookup, the TOML reader and ``applier config check`` are all generated from that table, so the
+three sources can never drift apart. Precedence: flag > environment > file > default.
+Unknown keys and bad values are rejected with a message naming the key and what is accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or has a bad value; the message names it."""
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_size(text: str) -> int:
+    """Bytes, with an optional K/M/G (binary) suffix: '512M' -> 536870912."""
+    s = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if s.endswith(suffix):
+            s, mult = s[:-1], m
+            break
+    value = int(s) * mult
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _parse_positive_int(text: str) -> int:
+    value = int(str(text).strip())
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _parse_kv_list(items: Iterable[str] | Mapping[str, Any]) -> dict[str, str]:
+    if isinstance(items, Mapping):
+        return {str(k): str(v) for k, v in items.items()}
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{item!r} is not key=value")
+        out[key.strip()] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration key. ``name`` is the TOML key; the flag and variable derive from it."""
+
+    name: str
+    help: str
+    default: Any = None
+    parse: Callable[[str], Any] = str
+    choices: tuple[str, ...] | None = None
+    secret: bool = False
+    required: bool = False
+    flag_kind: str = "value"  # value | bool | kv (repeatable key=value)
+    commands: tuple[str, ...] = ("run",)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "APPLIER_" + self.name.upper()
+
+    def convert(self, raw: Any, source: str) -> Any:
+        """Turn a raw value from ``source`` into the setting's type, or raise ConfigError."""
+        try:
+            if self.flag_kind == "kv":
+                value = _parse_kv_list(raw if not isinstance(raw, str) else raw.split(","))
+            elif self.flag_kind == "bool":
+                value = raw if isinstance(raw, bool) else _parse_bool(str(raw))
+            elif isinstance(raw, str) or self.parse is str:
+                value = self.parse(str(raw))
+            else:
+                value = self.parse(raw) if not isinstance(raw, int | float) else self.parse(str(raw))
+        except (ValueError, TypeError) as exc:
+            shown = "***" if self.secret else repr(raw)
+            raise ConfigError(f"{self.name} ({source}): bad value {shown}: {exc}") from None
+        if self.choices is not None and value not in self.choices:
+            shown = "***" if self.secret else repr(value)
+            raise ConfigError(f"{self.name} ({source}): {shown} is not one of {', '.join(self.choices)}")
+        return value
+
+
+_BOTH = ("run", "catchup", "status")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "kafka_bootstrap",
+        "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]",
+        required=True,
+        commands=("run", "catchup", "decode"),
+    ),
+    Setting(
+        "topic", "the TiCDC changefeed's Kafka topic", required=True, commands=("run", "catchup", "decode")
+    ),
+    Setting(
+        "group_id",
+        "changefeed id: names the checkpoint rows and the Kafka consumer group",
+        required=True,
+        commands=_BOTH,
+    ),
+    Setting(
+        "downstream",
+        "mysql://USER[:PASSWORD]@HOST:PORT/ of the target database (password better in "
+        "APPLIER_DOWNSTREAM_PASSWORD or downstream_password_file)",
+        required=True,
+        secret=True,
+        commands=_BOTH,
+    ),
+    Setting("downstream_password_file", "file holding the downstream password (first line)", commands=_BOTH),
+    Setting(
+        "checkpoint_schema", "database holding the checkpoint tables", default="ticdc_applier", commands=_BOTH
+    ),
+    Setting(
+        "legacy_base64_strings",
+        "producer is TiCDC < v4.0.5: CHAR/VARCHAR values are base64",
+        default=False,
+        flag_kind="bool",
+        commands=("run", "catchup", "decode"),
+    ),
+    Setting(
+        "compression",
+        "value compression configured on the changefeed (large-message-handle-compression)",
+        default="none",
+        choices=("none", "snappy", "lz4"),
+        commands=("run", "catchup", "decode"),
+    ),
+    Setting(
+        "kafka_config",
+        "librdkafka setting passed through (TLS, SASL), key=value, repeatable",
+        default={},
+        flag_kind="kv",
+        secret=True,
+        commands=("run", "catchup", "decode"),
+    ),
+    Setting(
+        "start",
+        "where a changefeed without a checkpoint starts reading",
+        default="earliest",
+        choices=("earliest", "latest"),
+    ),
+    Setting(
+        "time_zone",
+        "session time_zone: the TiCDC server's zone (TIMESTAMP values carry none)",
+        default="+00:00",
+        commands=("run", "catchup"),
+    ),
+    Setting(
+        "max_txn_rows",
+        "split a very large window over transactions of at most this many rows",
+        default=200_000,
+        parse=_parse_positive_int,
+        commands=("run", "catchup"),
+    ),
+    Setting(
+        "max_cached_bytes",
+        "memory bound of the row cache; partitions ahead are paused beyond it",
+        default=512 << 20,
+        parse=_parse_size,
+    ),
+    Setting(
+        "standby_poll_seconds",
+        "how often a standby instance tries to become active",
+        default=2,
+        parse=_parse_positive_int,
+    ),
+    Setting(
+        "exit_when_caught_up",
+        "exit 0 once every partition is read to its end and all resolved "
+        "data is applied (for one-shot runs, demos and tests)",
+        default=False,
+        flag_kind="bool",
+    ),
+    Setting(
+        "log_format",
+        "log output",
+        default="console",
+        choices=("console", "json"),
+        commands=("run", "catchup", "status", "decode"),
+    ),
+    Setting(
+        "log_level",
+        "log level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        commands=("run", "catchup", "status", "decode"),
+    ),
+)
+
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass
+class Config:
+    """The effective configuration of one command; ``sources`` says where each value came from."""
+
+    values: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def masked(self) -> dict[str, Any]:
+        """The values with every secret hidden: what may be printed or logged."""
+        from applier.redact import redact_url
+
+        out: dict[str, Any] = {}
+        for name, value in self.values.items():
+            setting = SETTINGS_BY_NAME.get(name)
+            if setting is not None and setting.secret and value:
+                if name == "downstream":
+                    value = redact_url(value)
+                elif isinstance(value, dict):
+                    value = {k: ("***" if _looks_secret(k) else v) for k, v in value.items()}
+                else:
+                    value = "***"
+            out[name] = value
+        return out
+
+
+def _looks_secret(key: str) -> bool:
+    low = key.lower()
+    return any(word in low for word in ("password", "secret", "key", "token", "sasl.oauthbearer"))
+
+
+def settings_for(command: str) -> list[Setting]:
+    return [s for s in SETTINGS if command in s.commands]
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """Add one flag per setting of ``command``; defaults stay None so precedence can be resolved later."""
+    parser.add_argument("--config", metavar="FILE.toml", help="TOML configuration file")
+    for s in settings_for(command):
+        extra = f" [env {s.env}; default {s.default!r}]" if s.default not in (None, {}) else f" [env {s.env}]"
+        if s.choices:
+            extra = f" ({'|'.join(s.choices)})" + extra
+        if s.flag_kind == "bool":
+            parser.add_argument(
+                s.flag, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + extra
+            )
+        elif s.flag_kind == "kv":
+            parser.add_argument(
+                s.flag, dest=s.name, action="append", default=None, metavar="KEY=VALUE", help=s.help + extra
+            )
+        else:
+            parser.add_argument(
+                s.flag, dest=s.name, default=None, metavar=s.name.upper(), help=s.help + extra
+            )
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "kafka" and isinstance(value, dict):
+            flat["kafka_config"] = value
+        elif isinstance(value, dict):
+            raise ConfigError(f"config file {path}: unknown table [{key}] (only [kafka] is accepted)")
+        else:
+            flat[key] = value
+    return flat
+
+
+def resolve(
+    command: str,
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Merge flags, environment, file and defaults for ``command`` (flag > env > file > default)."""
+    environ = os.environ if environ is None else environ
+    allowed = {s.name: s for s in settings_for(command)}
+    file_path = flags.get("config") or environ.get("APPLIER_CONFIG")
+    file_values = load_toml(file_path) if file_path else {}
+    for key in file_values:
+        if key not in SETTINGS_BY_NAME:
+            raise ConfigError(
+                f"config file {file_path}: unknown key {key!r}; accepted keys: {', '.join(sorted(allowed))}"
+            )
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, s in allowed.items():
+        flag_value = flags.get(name)
+        if flag_value is not None:
+            values[name], sources[name] = s.convert(flag_value, f"flag {s.flag}"), "flag"
+        elif s.env in environ:
+            values[name], sources[name] = s.convert(environ[s.env], f"variable {s.env}"), "environment"
+        elif name in file_values:
+            values[name], sources[name] = s.convert(file_values[name], f"file {file_path}"), "file"
+        elif s.required:
+            raise ConfigError(
+                f"{name} is required: pass {s.flag}, set {s.env} or put {name} in the config file"
+            )
+        else:
+            values[name], sources[name] = s.default, "default"
+    if flags.get("kafka_config") is not None and "kafka_config" in file_values:
+        # Pass-through settings merge: file first, flags override key by key.
+        merged = _parse_kv_list(file_values["kafka_config"])
+        merged.update(values["kafka_config"])
+        values["kafka_config"] = merged
+    return Config(values, sources)

@@ -1,0 +1,78 @@
+"""Which downstream errors are worth retrying, and the connection errors shown to operators.
+
+Retrying is only safe because the caller replays a whole unit of work (a transaction body kept in
+memory) on a fresh session, so "transient" here means: the server did not apply the unit and may
+succeed if asked again. Everything else (constraint violations, missing tables, syntax, access)
+would fail the same way on every replay and must surface at once.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pymysql
+
+# Lock wait timeout, deadlock: the transaction was (or must be) rolled back; replaying it is the
+# documented remedy. 2002/2003: cannot connect (server restarting). 2006/2013: the connection died.
+# The brief's set, plus codes that mean the same thing on some servers:
+#   1053 ER_SERVER_SHUTDOWN - server is shutting down, connection about to die;
+#   1927 ER_CONNECTION_KILLED (MariaDB) - our session was killed while a statement ran;
+#   4031 (MySQL >= 8.0.24) - idle session disconnected by wait_timeout, sent as an error packet.
+TRANSIENT_CODES: Final = frozenset({1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 4031})
+
+# Codes that mean "the server is not there" when they come from connect().
+UNREACHABLE_CODES: Final = frozenset({2002, 2003, 2005, 2006, 2013})
+
+
+class DownstreamConnectError(Exception):
+    """Opening a downstream session failed. ``str()`` is one line, safe to show: no password.
+
+    The CLI prints ``str(exc)`` instead of a traceback. ``errno`` is the MySQL error code when
+    there was one.
+    """
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+class DownstreamUnreachable(DownstreamConnectError):
+    """No server answered at the configured address (refused, unknown host, timeout, TLS failure)."""
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The MySQL error number of a PyMySQL exception (``exc.args[0]``), else None."""
+    if isinstance(exc, DownstreamConnectError):
+        return exc.errno
+    if isinstance(exc, pymysql.err.MySQLError) and exc.args and isinstance(exc.args[0], int):
+        return exc.args[0]
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when replaying the unit of work on a new session may succeed.
+
+    InterfaceError is PyMySQL's "this connection is already closed" (``(0, '')``), which is what
+    the *second* statement on a killed session raises. Bare socket errors are included in case one
+    escapes PyMySQL's wrapping. Anything that is not a database/network error (a bug in our code)
+    is never transient.
+    """
+    if isinstance(exc, DownstreamUnreachable):
+        return True
+    if isinstance(exc, DownstreamConnectError):
+        return False  # e.g. access denied: retrying cannot help
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    if isinstance(exc, pymysql.err.MySQLError):
+        return error_code(exc) in TRANSIENT_CODES
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+def describe(exc: BaseException) -> str:
+    """``"(2013) Lost connection ..."`` — a compact, secret-free form for logs."""
+    code = error_code(exc)
+    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+        text = str(exc.args[1]) or type(exc).__name__
+    else:
+        text = str(exc) or type(exc).__name__
+    return f"({code}) {text}" if code is not None else text

@@ -1,0 +1,281 @@
+"""One active applier per changefeed and downstream: a server-side named lock.
+
+Two appliers applying the same changefeed to the same database would interleave batches and could
+move rows backwards. The lock is a MySQL/MariaDB user-level lock (``GET_LOCK``) held on a
+*dedicated* session for the life of the active instance:
+
+* it lives on the downstream itself, so "same downstream" needs no extra coordination service;
+* the server releases it when the holding session ends for any reason (process exit, crash,
+  ``KILL``, network loss noticed by the server), so a standby that keeps asking gets it within
+  about one poll after that;
+* it is not on the apply session because the apply session is closed and reopened by the retry
+  logic, which would drop the lock and let a standby in mid-failover.
+
+The lock session gets a short ``wait_timeout`` (``idle_timeout``) and a heartbeat thread queries
+it every ``heartbeat`` seconds. The heartbeat keeps a live holder's session from idling out, and
+the short timeout makes the *server* drop the lock of a holder whose host vanished without closing
+TCP (otherwise that could take the server's default eight hours). The heartbeat checks
+``IS_USED_LOCK(name) = CONNECTION_ID()``; once it fails the instance must stop applying:
+:attr:`ActiveLock.lost` turns true and :meth:`ActiveLock.ensure_held` raises :class:`LockLost`.
+
+Between losing the lock and noticing it an in-flight transaction may still commit. A standby that
+has just taken over closes that window with the checkpoint store's owner fence
+(``CheckpointStore.claim`` / ``write(owner=...)``), using :attr:`ActiveLock.owner_token`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import pymysql
+
+from applier.downstream.errors import is_transient
+from applier.downstream.session import close_quietly, connect
+from applier.downstream.url import DownstreamConfig
+
+__all__ = ["ActiveLock", "LockLost", "LockWait", "lock_name"]
+
+LOCK_PREFIX: Final = "ticdc_applier:"
+MAX_LOCK_NAME: Final = 64  # MySQL 5.7+ rejects longer user-level lock names
+
+
+class LockLost(RuntimeError):
+    """The single-active lock is gone: stop applying, another instance may already be active."""
+
+
+@dataclass(frozen=True, slots=True)
+class LockWait:
+    """Passed to the wait callback on every poll while another instance holds the lock."""
+
+    name: str
+    waited: float  # seconds since acquire() started
+    holder_connection_id: int | None  # server connection id holding the lock, if known
+    error: BaseException | None  # a transient error of our own lock session, if that is why we wait
+
+
+def _plain(name: str) -> bool:
+    # Lowercase printable ASCII only: MySQL compares lock names case-insensitively, MariaDB
+    # byte-wise and truncates at NUL. A plain name means the same thing on every server; anything
+    # else is hashed (hex is lowercase too, so a hashed name can never fold onto a plain one).
+    return all(" " <= ch <= "~" for ch in name) and name == name.lower()
+
+
+def lock_name(schema: str, changefeed: str) -> str:
+    """``ticdc_applier:<schema>:<changefeed>``, or a SHA-256-based name when that is over 64
+    characters or not plain lowercase ASCII."""
+    name = f"{LOCK_PREFIX}{schema}:{changefeed}"
+    if len(name) <= MAX_LOCK_NAME and _plain(name):
+        return name
+    digest = hashlib.sha256(f"{schema}\x00{changefeed}".encode()).hexdigest()
+    head = f"{LOCK_PREFIX}sha256:"
+    return head + digest[: MAX_LOCK_NAME - len(head)]
+
+
+class ActiveLock:
+    """The single-active lock for one changefeed on one downstream.
+
+    Usage::
+
+        lock = ActiveLock(cfg, schema="ticdc_applier", changefeed=group_id)
+        lock.acquire(lambda w: log.info("standby", holder=w.holder_connection_id))
+        try:
+            ...  # call lock.ensure_held() before each commit
+        finally:
+            lock.release()
+    """
+
+    def __init__(
+        self,
+        cfg: DownstreamConfig,
+        *,
+        schema: str = "ticdc_applier",
+        changefeed: str,
+        poll: float = 1.0,
+        heartbeat: float = 5.0,
+        idle_timeout: int = 60,
+        connect_fn: Callable[[DownstreamConfig], pymysql.connections.Connection] | None = None,
+    ) -> None:
+        if poll <= 0 or heartbeat <= 0:
+            raise ValueError("poll and heartbeat must be positive")
+        if idle_timeout <= 2 * heartbeat:
+            raise ValueError("idle_timeout must be well above the heartbeat interval")
+        self.name = lock_name(schema, changefeed)
+        self._cfg = cfg.with_options(
+            # Short timeouts: this session only runs tiny queries and a GET_LOCK of at most `poll`.
+            read_timeout=max(10.0, poll + 10.0),
+            write_timeout=10.0,
+        )
+        self._poll = poll
+        self._heartbeat = heartbeat
+        self._idle_timeout = int(idle_timeout)
+        self._connect = connect_fn or (lambda c: connect(c, autocommit=True))
+        self._conn: pymysql.connections.Connection | None = None
+        self._connection_id: int | None = None
+        self._mutex = threading.Lock()  # PyMySQL connections are not thread-safe
+        self._held = False
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.owner_token = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
+
+    @property
+    def connection_id(self) -> int | None:
+        """Server connection id of the lock session while held (for fencing and diagnostics)."""
+        return self._connection_id if self._held else None
+
+    @property
+    def lost(self) -> bool:
+        """True once a held lock was found gone (set by the heartbeat thread or :meth:`is_held`)."""
+        return self._lost.is_set()
+
+    def _open(self) -> None:
+        close_quietly(self._conn)
+        self._conn = None
+        conn = self._connect(self._cfg)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION wait_timeout = %s", (self._idle_timeout,))
+                cur.execute("SELECT CONNECTION_ID()")
+                (self._connection_id,) = cur.fetchone()
+        except BaseException:
+            close_quietly(conn)
+            raise
+        self._conn = conn
+
+    def _query_one(self, sql: str, args: tuple) -> object:
+        assert self._conn is not None
+        with self._conn.cursor() as cur:
+            cur.execute(sql, args)
+            row = cur.fetchone()
+        return row[0] if row else None
+
+    def acquire(
+        self, wait_callback: Callable[[LockWait], bool | None] | None = None, *, timeout: float | None = None
+    ) -> bool:
+        """Block until this instance holds the lock; True when it does.
+
+        Returns False if ``timeout`` seconds pass or ``wait_callback`` returns False (so a caller
+        can stop waiting on shutdown). Transient errors of the lock session (downstream restarting)
+        are waited out: they are reported through ``wait_callback`` and the session is reopened.
+        Permanent errors (e.g. access denied) propagate.
+        """
+        if self._held and not self._lost.is_set():
+            return True
+        if self._lost.is_set():
+            raise LockLost(f"lock {self.name!r} was lost; create a new ActiveLock to compete again")
+        started = time.monotonic()
+        wait_seconds = max(1, round(self._poll))  # GET_LOCK takes whole seconds on MySQL
+        while True:
+            error: BaseException | None = None
+            holder: int | None = None
+            try:
+                with self._mutex:
+                    if self._conn is None:
+                        self._open()
+                    got = self._query_one("SELECT GET_LOCK(%s, %s)", (self.name, wait_seconds))
+                    if got == 1:
+                        self._held = True
+                        self._start_heartbeat()
+                        return True
+                    holder_value = self._query_one("SELECT IS_USED_LOCK(%s)", (self.name,))
+                    holder = int(holder_value) if holder_value is not None else None
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                error = exc
+                with self._mutex:
+                    close_quietly(self._conn)
+                    self._conn = None
+            waited = time.monotonic() - started
+            if (
+                wait_callback is not None
+                and wait_callback(LockWait(self.name, waited, holder, error)) is False
+            ):
+                return False
+            if timeout is not None and waited >= timeout:
+                return False
+            if error is not None:
+                time.sleep(self._poll)  # GET_LOCK did not do the waiting for us
+
+    def is_held(self) -> bool:
+        """Ask the server whether our lock session still holds the lock (one round trip).
+
+        A dead lock session means the lock is gone; this marks it lost for good.
+        """
+        if not self._held or self._lost.is_set():
+            return False
+        try:
+            with self._mutex:
+                if self._conn is None:
+                    holds = False
+                else:
+                    holds = self._query_one("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.name,)) == 1
+        except Exception:
+            # Any failure of the lock session counts as loss: we can no longer prove we hold it.
+            holds = False
+        if not holds:
+            self._mark_lost()
+        return holds
+
+    def ensure_held(self, *, check: bool = False) -> None:
+        """Raise :class:`LockLost` unless the lock is held. ``check=False`` trusts the heartbeat
+        (no round trip, call it freely); ``check=True`` asks the server now (call before commit)."""
+        held = self.is_held() if check else (self._held and not self._lost.is_set())
+        if not held:
+            raise LockLost(
+                f"the single-active lock {self.name!r} is no longer held "
+                "(its session ended); stop applying, another instance may be active"
+            )
+
+    def _mark_lost(self) -> None:
+        self._lost.set()
+        self._stop.set()
+        with self._mutex:
+            close_quietly(self._conn)
+            self._conn = None
+
+    def _start_heartbeat(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"applier-lock-heartbeat:{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._heartbeat):
+            if not self.is_held():
+                return
+
+    def release(self) -> None:
+        """Release the lock and close its session (idempotent)."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self._heartbeat + 15)
+        with self._mutex:
+            if self._conn is not None and self._held and not self._lost.is_set():
+                # Closing the session below releases the lock anyway; this just makes it prompt.
+                with contextlib.suppress(Exception):
+                    self._query_one("SELECT RELEASE_LOCK(%s)", (self.name,))
+            close_quietly(self._conn)
+            self._conn = None
+            self._held = False
+
+    close = release
+
+    def __enter__(self) -> ActiveLock:
+        if not self.acquire():
+            raise LockLost(f"could not acquire {self.name!r}")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()

@@ -1,0 +1,193 @@
+"""Opening a downstream session configured the way replication needs it.
+
+Every session the applier opens goes through :func:`connect`, so all of them agree on:
+
+* autocommit off: a batch of rows and its checkpoint commit together or not at all;
+* READ COMMITTED: fewer gap locks than REPEATABLE READ, so a replayed batch does not deadlock with
+  itself or with readers; it is also what TiCDC's own MySQL sink uses;
+* ``foreign_key_checks=0``: the stream is already consistent upstream, but rows of one upstream
+  transaction arrive spread over partitions and are applied in an order that a child-before-parent
+  check would reject;
+* utf8mb4 on the wire;
+* ``time_zone`` from the config: TIMESTAMP values arrive as strings in the producer's zone;
+* a fixed, permissive ``sql_mode`` (below), independent of whatever the server's global mode is.
+
+``DEFAULT_SQL_MODE`` is deliberately *not* derived from the server's global mode: a global mode
+with ``ANSI_QUOTES``, ``NO_BACKSLASH_ESCAPES`` (breaks PyMySQL's backslash escaping of bound
+values), ``EMPTY_STRING_IS_NULL`` or ``ORACLE`` would silently change what our statements and the
+upstream DDL text mean. It contains no STRICT_* / NO_ZERO_DATE / NO_ZERO_IN_DATE /
+ERROR_FOR_DIVISION_BY_ZERO, so zero dates (``'0000-00-00'``) that TiDB accepted are stored as
+sent, and:
+
+* ``NO_AUTO_VALUE_ON_ZERO``: an AUTO_INCREMENT column that holds 0 upstream must stay 0 here,
+  not be replaced by a freshly generated id (mysqldump sets it for the same reason);
+* ``ALLOW_INVALID_DATES``: DATE/DATETIME values such as ``2020-02-30`` that the upstream stored
+  are kept instead of being turned into zero dates.
+
+The price of a non-strict mode is that out-of-range or too-long values are clipped with a warning
+instead of failing; code writing our own tables (the checkpoint store) validates values itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from typing import Any, Final
+
+import pymysql
+
+from applier.downstream.errors import (
+    UNREACHABLE_CODES,
+    DownstreamConnectError,
+    DownstreamUnreachable,
+    error_code,
+    is_transient,
+)
+from applier.downstream.url import DownstreamConfig
+
+__all__ = [
+    "DEFAULT_SQL_MODE",
+    "DownstreamConnectError",
+    "DownstreamUnreachable",
+    "close_quietly",
+    "connect",
+    "tls_kwargs",
+]
+
+DEFAULT_SQL_MODE: Final = "NO_AUTO_VALUE_ON_ZERO,ALLOW_INVALID_DATES"
+
+_HOW_TO_REPOINT: Final = "set APPLIER_DOWNSTREAM or pass --downstream to use another server"
+
+
+def tls_kwargs(cfg: DownstreamConfig) -> dict[str, Any]:
+    """PyMySQL's TLS arguments for ``cfg.ssl_mode`` (MySQL client ``--ssl-mode`` semantics).
+
+    For the modes that encrypt we build the ``ssl.SSLContext`` ourselves, because PyMySQL's own
+    mapping surprises: given ``ssl_ca`` alone it encrypts but does not verify the certificate,
+    and without a CA file it never checks the host name even when asked to. Raises
+    :class:`DownstreamConnectError` (permanent: retrying cannot fix a file) when a certificate
+    or key file cannot be loaded.
+    """
+    mode = cfg.ssl_mode
+    if mode == "disabled":
+        return {"ssl_disabled": True}
+    if mode == "preferred":
+        return {}  # PyMySQL: TLS when the server offers it, unverified; plain otherwise
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca)
+        # MySQL's auto-generated certificates fail Python 3.13's strict X.509 checks.
+        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+        if mode == "required":
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        else:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.check_hostname = mode == "verify_identity"
+        if cfg.ssl_cert:
+            ctx.load_cert_chain(cfg.ssl_cert, cfg.ssl_key)
+    except (OSError, ssl.SSLError) as exc:
+        files = ", ".join(
+            f"{k}={v}"
+            for k, v in (("ssl_ca", cfg.ssl_ca), ("ssl_cert", cfg.ssl_cert), ("ssl_key", cfg.ssl_key))
+            if v
+        )
+        raise DownstreamConnectError(
+            f"cannot load the TLS files for {cfg.redacted()} ({files}): {_one_line(str(exc))}"
+        ) from exc
+    return {"ssl": ctx}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.connections.Connection:
+    """Open and configure a session; raises :class:`DownstreamConnectError` (or its subclass
+    :class:`DownstreamUnreachable`) with a one-line, password-free message on failure.
+
+    ``autocommit=True`` is for sessions that never write rows (the single-active lock).
+    """
+    tls = tls_kwargs(cfg)
+    try:
+        conn = pymysql.connect(
+            host=cfg.host,
+            port=cfg.port,
+            user=cfg.user,
+            # Bytes: PyMySQL would encode a str password as latin-1, which fails for most scripts.
+            password=cfg.password.reveal().encode("utf-8"),
+            charset="utf8mb4",
+            autocommit=autocommit,
+            connect_timeout=cfg.connect_timeout,
+            read_timeout=cfg.read_timeout,
+            write_timeout=cfg.write_timeout,
+            program_name="ticdc-applier",
+            **tls,
+        )
+    except pymysql.err.MySQLError as exc:
+        code = error_code(exc)
+        reason = _one_line(exc.args[1] if len(exc.args) > 1 else exc)
+        if code in UNREACHABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
+            raise DownstreamUnreachable(
+                f"cannot reach the downstream database at {cfg.redacted()}: {reason}; {_HOW_TO_REPOINT}",
+                errno=code,
+            ) from exc
+        if code in (1044, 1045, 1698):
+            raise DownstreamConnectError(
+                f"the downstream database at {cfg.redacted()} refused the login ({code}: {reason}); "
+                f"check the user and the password (URL, APPLIER_DOWNSTREAM_PASSWORD or password_file)",
+                errno=code,
+            ) from exc
+        detail = f"{code}: {reason}" if code is not None else reason
+        raise DownstreamConnectError(
+            f"cannot open a session on the downstream database at {cfg.redacted()} ({detail})",
+            errno=code,
+        ) from exc
+    except OSError as exc:  # PyMySQL wraps socket errors; this is a safety net
+        raise DownstreamUnreachable(
+            f"cannot reach the downstream database at {cfg.redacted()}: {_one_line(str(exc))}; "
+            f"{_HOW_TO_REPOINT}"
+        ) from exc
+    try:
+        _configure(conn, cfg)
+    except BaseException:
+        close_quietly(conn)
+        raise
+    return conn
+
+
+def close_quietly(conn: pymysql.connections.Connection | None) -> None:
+    """Close a session that may already be dead; closing is best effort by nature."""
+    if conn is None:
+        return
+    # close() raises "Already closed" on a second call and socket errors on a dead peer.
+    with contextlib.suppress(pymysql.err.Error, OSError):
+        conn.close()
+
+
+def _configure(conn: pymysql.connections.Connection, cfg: DownstreamConfig) -> None:
+    sql_mode = DEFAULT_SQL_MODE if cfg.sql_mode is None else cfg.sql_mode
+    with conn.cursor() as cur:
+        # Must run before any transaction starts (1568 otherwise); SET never starts one.
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        cur.execute("SET SESSION foreign_key_checks = 0")
+        try:
+            cur.execute("SET SESSION time_zone = %s", (cfg.time_zone,))
+        except pymysql.err.MySQLError as exc:
+            if is_transient(exc):
+                raise
+            raise DownstreamConnectError(
+                f"the downstream database at {cfg.redacted()} rejected time_zone {cfg.time_zone!r} "
+                f"({_one_line(exc.args[1] if len(exc.args) > 1 else exc)}); use an offset such as +08:00, "
+                "or load the server's time zone tables to use names",
+                errno=error_code(exc),
+            ) from exc
+        try:
+            cur.execute("SET SESSION sql_mode = %s", (sql_mode,))
+        except pymysql.err.MySQLError as exc:
+            if is_transient(exc):
+                raise
+            raise DownstreamConnectError(
+                f"the downstream database at {cfg.redacted()} rejected sql_mode {sql_mode!r} "
+                f"({_one_line(exc.args[1] if len(exc.args) > 1 else exc)})",
+                errno=error_code(exc),
+            ) from exc

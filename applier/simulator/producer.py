@@ -1,0 +1,112 @@
+"""Produce a simulated stream into Kafka, record for record, partition for partition.
+
+The records already encode the simulated faults (replays, duplicates), so the Kafka producer
+itself must add none: it runs idempotent (no duplicates or reordering from its own retries), sends
+each record to the partition the simulation chose, and fails loudly if any record is not
+acknowledged - a half-produced stream would make every later check meaningless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from applier.simulator.stream import SimRecord, Simulation, StreamConfig, simulate
+
+_PRODUCER_HEADROOM = 64 * 1024  # protocol overhead on top of a record's key and value
+
+
+class ProduceError(RuntimeError):
+    """Some records were not acknowledged by the broker; the topic holds an incomplete stream."""
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 15.0) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; refuse a smaller one.
+
+    Lists all topics rather than asking for this one, because a metadata request for a single
+    missing topic can make a broker with auto-creation enabled create it with its own defaults.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    from applier.kafka.embedded_broker import create_topic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(timeout=timeout)
+    existing = metadata.topics.get(topic)
+    if existing is None or (existing.error is not None and not existing.partitions):
+        create_topic(bootstrap, topic, partitions, timeout=timeout)
+        return
+    if len(existing.partitions) < partitions:
+        raise ProduceError(
+            f"topic {topic!r} has {len(existing.partitions)} partitions, the simulation needs {partitions}"
+        )
+
+
+def produce_records(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[SimRecord],
+    *,
+    max_message_bytes: int = 1 << 20,
+    timeout: float = 60.0,
+    extra_config: dict | None = None,
+) -> int:
+    """Send ``records`` in order with an idempotent producer; returns how many were sent.
+
+    Raises :class:`ProduceError` when any delivery fails or the flush times out.
+    """
+    from confluent_kafka import KafkaException, Producer
+
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "message.max.bytes": max_message_bytes + _PRODUCER_HEADROOM,
+        "compression.type": "none",  # the simulation decides what is compressed, not librdkafka
+    }
+    conf.update(extra_config or {})
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(f"partition {msg.partition()}: {err}")
+
+    producer = Producer(conf)
+    sent = 0
+    try:
+        for rec in records:
+            while True:
+                try:
+                    producer.produce(
+                        topic, key=rec.key, value=rec.value, partition=rec.partition, on_delivery=on_delivery
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)  # local queue full: let deliveries drain, then retry
+            sent += 1
+            producer.poll(0)
+        remaining = producer.flush(timeout)
+    except KafkaException as exc:
+        raise ProduceError(f"producing to {topic!r} failed: {exc}") from exc
+    if remaining:
+        raise ProduceError(
+            f"{remaining} of {sent} records to {topic!r} were not acknowledged within {timeout}s"
+        )
+    if errors:
+        shown = "; ".join(errors[:5])
+        raise ProduceError(f"{len(errors)} of {sent} records to {topic!r} failed: {shown}")
+    return sent
+
+
+def produce_simulation(bootstrap: str, topic: str, sim: Simulation, *, create: bool = True) -> int:
+    """Produce every record of ``sim`` to ``topic`` (created with the right partition count)."""
+    if create:
+        ensure_topic(bootstrap, topic, sim.config.partitions)
+    return produce_records(bootstrap, topic, sim.records, max_message_bytes=sim.config.max_message_bytes)
+
+
+def run_simulate(bootstrap: str, topic: str, cfg: StreamConfig) -> Simulation:
+    """``applier simulate``: build the stream for ``cfg`` and produce it to ``topic``."""
+    sim = simulate(cfg)
+    produce_simulation(bootstrap, topic, sim)
+    return sim

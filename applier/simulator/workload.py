@@ -1,0 +1,450 @@
+"""The simulated upstream database: tables in memory and random transactions against them.
+
+The model plays TiDB's part. Each transaction runs a few statements (inserts, updates, deletes,
+primary-key changes, unique values moving between rows, the same row touched several times) on a
+copy of the touched tables; at commit the model computes what TiKV would hand to TiCDC: one net
+change per row, keyed the way TiKV keys rows. That key matters:
+
+* tables with a primary key are clustered (TiDB's default), so the row key *is* the primary key:
+  changing it deletes one key and writes another;
+* tables without one are keyed by a hidden ``_tidb_rowid`` that survives any value change, so a
+  unique-key change arrives as an update of the same row.
+
+TiCDC then splits every update that changes the primary key or a NOT NULL unique key into a
+DELETE of the old row and an INSERT of the new one (same commit ts), and orders the deletes of a
+transaction first. :func:`Upstream.commit` returns changes in that final form.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from applier.simulator.tables import (
+    ADDED_COLUMN,
+    ADDED_COLUMN_TABLE,
+    ColumnSpec,
+    Kind,
+    TableSpec,
+    workload_tables,
+)
+from applier.simulator.values import ValueGenerator
+
+Row = dict[str, Any]
+"""A row in the model: column name -> model value, in column order."""
+
+INSERT = "insert"
+UPDATE = "update"
+DELETE = "delete"
+
+_MAX_ROWS = 40  # per table: keeps tables (and snapshots) small so streams stay fast to check
+_COMPOSITE_B = ("k0", "k1", "k2", "k3", "x y", "ключ", "漢字", "a-b", "Z", "z")
+
+
+@dataclass(slots=True)
+class RowChange:
+    """The net change of one row in one transaction, as TiCDC sends it (after any split).
+
+    ``row_id`` is TiKV's row key for the ``rid`` key field: the integer handle of clustered
+    integer-keyed tables or the hidden ``_tidb_rowid``; ``None`` for other clustered keys.
+    """
+
+    table: str
+    kind: str  # INSERT | UPDATE | DELETE
+    old: Row | None
+    new: Row | None
+    row_id: int | None = None
+    key: Any = None  # the model's row key (primary-key tuple or rowid), to replay changes
+
+
+@dataclass(slots=True)
+class ColumnAdded:
+    """Effect of the mid-stream ``ALTER TABLE ... ADD COLUMN``: older rows get the default."""
+
+    table: str
+    column: ColumnSpec
+
+
+class Upstream:
+    """In-memory upstream tables plus a seeded generator of transactions against them."""
+
+    def __init__(self, rng: random.Random, *, include_keyless: bool = True) -> None:
+        self.rng = rng
+        self.values = ValueGenerator(rng)
+        self.specs: dict[str, TableSpec] = {t.name: t for t in workload_tables(include_keyless)}
+        # row key -> row; the row key is the primary-key tuple (clustered) or the hidden rowid.
+        self.rows: dict[str, dict[Any, Row]] = {name: {} for name in self.specs}
+        self._next_rowid = 1
+        self._next_id = 1
+        self._work: dict[str, dict[Any, Row]] = {}
+
+    # -- schema changes -----------------------------------------------------------------------
+
+    def add_column(self, table: str = ADDED_COLUMN_TABLE, column: ColumnSpec = ADDED_COLUMN) -> ColumnAdded:
+        """Apply ``ALTER TABLE table ADD COLUMN column``: existing rows get the column default."""
+        self.specs[table] = self.specs[table].with_column(column)
+        self.rows[table] = {
+            key: {**row, column.name: column.default} for key, row in self.rows[table].items()
+        }
+        return ColumnAdded(table, column)
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def random_transaction(self) -> list[RowChange]:
+        """Run 1-6 random statements in one transaction and return its net changes.
+
+        May return an empty list (for example an insert and a delete of the same row).
+        """
+        self._work = {}
+        weighted: list[tuple[Callable[[], None], int]] = [
+            (self._op_all_types_insert, 5), (self._op_all_types_update, 6), (self._op_all_types_delete, 2),
+            (self._op_all_types_pk_change, 1), (self._op_all_types_touch_twice, 1),
+            (self._op_all_types_reinsert, 1),
+            (self._op_composite_insert, 4), (self._op_composite_update, 4), (self._op_composite_move_u, 1),
+            (self._op_composite_swap_u, 1), (self._op_composite_pk_change, 1), (self._op_composite_delete, 2),
+            (self._op_uniq_insert, 4), (self._op_uniq_update, 4), (self._op_uniq_swap_u, 1),
+            (self._op_uniq_swap_alt, 1), (self._op_uniq_delete, 2),
+        ]  # fmt: skip
+        if "keyless" in self.specs:
+            weighted += [
+                (self._op_keyless_insert, 4),
+                (self._op_keyless_update, 3),
+                (self._op_keyless_delete, 2),
+            ]
+        if self.rng.random() < 0.04:
+            weighted = [(self._op_bulk_update, 1)]  # one statement touching a whole table
+        ops, weights = zip(*weighted, strict=True)
+        for op in self.rng.choices(ops, weights, k=self.rng.randint(1, 6)):
+            op()
+        return self.commit()
+
+    def commit(self) -> list[RowChange]:
+        """Make the working copies current and return the net changes, deletes first."""
+        changes: list[RowChange] = []
+        for table, after in self._work.items():
+            spec = self.specs[table]
+            before = self.rows[table]
+            for key in list(dict.fromkeys([*before, *after])):
+                old, new = before.get(key), after.get(key)
+                if old == new:
+                    continue
+                rid = self._row_id(spec, key, old or new)
+                if old is None:
+                    changes.append(RowChange(table, INSERT, None, new, rid, key))
+                elif new is None:
+                    changes.append(RowChange(table, DELETE, old, None, rid, key))
+                elif any(old[c] != new[c] for c in spec.split_key_columns):
+                    changes.append(RowChange(table, DELETE, old, None, rid, key))
+                    changes.append(RowChange(table, INSERT, None, new, rid, key))
+                else:
+                    changes.append(RowChange(table, UPDATE, old, new, rid, key))
+            self.rows[table] = after
+        self._work = {}
+        changes.sort(key=lambda c: c.kind != DELETE)  # stable: deletes first, then the rest in order
+        return changes
+
+    @staticmethod
+    def _row_id(spec: TableSpec, key: Any, row: Row) -> int | None:
+        if not spec.clustered:
+            return int(key)
+        pk = spec.primary_key
+        if len(pk) == 1 and spec.column(pk[0]).kind is Kind.INT:
+            return int(row[pk[0]])
+        return None
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _table(self, name: str) -> dict[Any, Row]:
+        """The transaction's working copy of a table (rows are replaced, never mutated)."""
+        if name not in self._work:
+            self._work[name] = dict(self.rows[name])
+        return self._work[name]
+
+    def _pick(self, name: str) -> tuple[Any, Row] | None:
+        rows = self._table(name)
+        if not rows:
+            return None
+        key = self.rng.choice(list(rows))
+        return key, rows[key]
+
+    def _key_of(self, spec: TableSpec, row: Row) -> Any:
+        return tuple(row[c] for c in spec.primary_key)
+
+    def _new_rowid(self) -> int:
+        self._next_rowid += 1
+        return self._next_rowid
+
+    def _random_row(self, spec: TableSpec) -> Row:
+        return {c.name: (None if c.is_generated else self.values.value(c)) for c in spec.columns}
+
+    def _changed(self, spec: TableSpec, row: Row, names: list[str]) -> Row:
+        out = dict(row)
+        for name in names:
+            out[name] = self.values.value(spec.column(name))
+        return out
+
+    def _full(self, name: str) -> bool:
+        return len(self._table(name)) >= _MAX_ROWS
+
+    def _op_bulk_update(self) -> None:
+        """``UPDATE t SET col = ...`` without WHERE: one event per row in a single transaction."""
+        column = {"all_types": "c_int", "composite": "val", "uniq_only": "v1", "keyless": "n"}
+        name = self.rng.choice([t for t in column if t in self.specs])
+        spec = self.specs[name]
+        table = self._table(name)
+        for key, row in list(table.items()):
+            table[key] = self._changed(spec, row, [column[name]])
+
+    # -- all_types ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _with_generated(row: Row) -> Row:
+        row["c_gen"] = row["id"] * 2
+        return row
+
+    def _op_all_types_insert(self) -> None:
+        if self._full("all_types"):
+            self._op_all_types_delete()
+            return
+        spec = self.specs["all_types"]
+        row = self._random_row(spec)
+        row["id"] = self._next_id
+        self._next_id += 1
+        self._table("all_types")[(row["id"],)] = self._with_generated(row)
+
+    def _updatable(self, spec: TableSpec) -> list[str]:
+        return [c.name for c in spec.columns if not c.is_generated and c.name not in spec.split_key_columns]
+
+    def _op_all_types_update(self) -> None:
+        picked = self._pick("all_types")
+        if picked is None:
+            self._op_all_types_insert()
+            return
+        key, row = picked
+        spec = self.specs["all_types"]
+        names = self.rng.sample(self._updatable(spec), self.rng.randint(1, 4))
+        self._table("all_types")[key] = self._changed(spec, row, names)
+
+    def _op_all_types_delete(self) -> None:
+        picked = self._pick("all_types")
+        if picked is not None:
+            del self._table("all_types")[picked[0]]
+
+    def _op_all_types_pk_change(self) -> None:
+        """``UPDATE all_types SET id = <new id>``: TiCDC sees a delete and an insert."""
+        picked = self._pick("all_types")
+        if picked is None:
+            return
+        key, row = picked
+        table = self._table("all_types")
+        del table[key]
+        new = dict(row, id=self._next_id)
+        self._next_id += 1
+        table[(new["id"],)] = self._with_generated(new)
+
+    def _op_all_types_touch_twice(self) -> None:
+        """Several statements on one row in one transaction: TiCDC sends one merged event."""
+        spec = self.specs["all_types"]
+        table = self._table("all_types")
+        roll = self.rng.random()
+        if roll < 0.4 and table:
+            key, row = self._pick("all_types")  # type: ignore[misc]
+            row = self._changed(spec, row, ["c_varchar"])
+            table[key] = self._changed(spec, row, ["c_varchar", "c_int"])
+        elif roll < 0.7:
+            self._op_all_types_insert()
+            if table:
+                newest = max(table)
+                table[newest] = self._changed(spec, table[newest], ["c_text"])
+        else:  # insert then delete: nothing reaches TiCDC
+            row = self._with_generated(self._random_row(spec) | {"id": self._next_id})
+            self._next_id += 1
+            table[(row["id"],)] = row
+            del table[(row["id"],)]
+
+    def _op_all_types_reinsert(self) -> None:
+        """DELETE a row and INSERT the same primary key again: one update for TiCDC."""
+        picked = self._pick("all_types")
+        if picked is None:
+            return
+        key, row = picked
+        spec = self.specs["all_types"]
+        table = self._table("all_types")
+        del table[key]
+        fresh = self._random_row(spec)
+        fresh["id"] = row["id"]
+        table[key] = self._with_generated(fresh)
+
+    # -- composite (PRIMARY KEY (a, b), NOT NULL UNIQUE KEY u) ---------------------------------
+
+    def _unused_u(self, name: str) -> int:
+        used = {row["u"] for row in self._table(name).values()}
+        spec = self.specs[name]
+        low, high = spec.column("u").int_range or (1, 10**6)
+        while True:
+            u = self.rng.randint(low, high)
+            if u not in used:
+                return u
+
+    def _unused_pk(self) -> tuple[int, str] | None:
+        table = self._table("composite")
+        for _ in range(50):
+            pk = (self.rng.randint(1, 40), self.rng.choice(_COMPOSITE_B))
+            if pk not in table:
+                return pk
+        return None
+
+    def _op_composite_insert(self) -> None:
+        if self._full("composite"):
+            self._op_composite_delete()
+            return
+        pk = self._unused_pk()
+        if pk is None:
+            return
+        spec = self.specs["composite"]
+        row = self._random_row(spec)
+        row["a"], row["b"] = pk
+        row["u"] = self._unused_u("composite")
+        self._table("composite")[pk] = row
+
+    def _op_composite_update(self) -> None:
+        picked = self._pick("composite")
+        if picked is None:
+            self._op_composite_insert()
+            return
+        key, row = picked
+        spec = self.specs["composite"]
+        self._table("composite")[key] = self._changed(spec, row, self._updatable(spec))
+
+    def _op_composite_move_u(self) -> None:
+        """Give one row's unique value to another row (the first gets a fresh one)."""
+        table = self._table("composite")
+        if len(table) < 2:
+            return
+        k1, k2 = self.rng.sample(list(table), 2)
+        fresh = self._unused_u("composite")
+        table[k1], table[k2] = dict(table[k1], u=fresh), dict(table[k2], u=table[k1]["u"])
+
+    def _op_composite_swap_u(self) -> None:
+        """Swap the unique values of two rows in one transaction."""
+        table = self._table("composite")
+        if len(table) < 2:
+            return
+        k1, k2 = self.rng.sample(list(table), 2)
+        table[k1], table[k2] = dict(table[k1], u=table[k2]["u"]), dict(table[k2], u=table[k1]["u"])
+
+    def _op_composite_pk_change(self) -> None:
+        picked = self._pick("composite")
+        pk = self._unused_pk()
+        if picked is None or pk is None:
+            return
+        key, row = picked
+        table = self._table("composite")
+        del table[key]
+        table[pk] = dict(row, a=pk[0], b=pk[1])
+
+    def _op_composite_delete(self) -> None:
+        picked = self._pick("composite")
+        if picked is not None:
+            del self._table("composite")[picked[0]]
+
+    # -- uniq_only (no PK; NOT NULL UNIQUE u is the handle; nullable UNIQUE alt) --------------
+
+    def _unused_uniq(self) -> int:
+        used = {row["u"] for row in self._table("uniq_only").values()}
+        while True:
+            u = self.rng.choice([self.rng.randint(-(2**63), 2**63 - 1), self.rng.randint(1, 10**6)])
+            if u not in used:
+                return u
+
+    def _unused_alt(self) -> str | None:
+        used = {row["alt"] for row in self._table("uniq_only").values()}
+        for _ in range(20):
+            alt = f"alt-{self.rng.randint(0, 199)}"
+            if alt not in used:
+                return alt
+        return None
+
+    def _op_uniq_insert(self) -> None:
+        if self._full("uniq_only"):
+            self._op_uniq_delete()
+            return
+        spec = self.specs["uniq_only"]
+        row = self._random_row(spec)
+        row["u"] = self._unused_uniq()
+        row["alt"] = self._unused_alt() if self.rng.random() < 0.7 else None
+        self._table("uniq_only")[self._new_rowid()] = row
+
+    def _op_uniq_update(self) -> None:
+        picked = self._pick("uniq_only")
+        if picked is None:
+            self._op_uniq_insert()
+            return
+        key, row = picked
+        spec = self.specs["uniq_only"]
+        new = self._changed(spec, row, ["v1", "v2"])
+        roll = self.rng.random()
+        if roll < 0.2:
+            new["u"] = self._unused_uniq()  # handle change: split into delete + insert
+        elif roll < 0.4:
+            new["alt"] = self._unused_alt() if self.rng.random() < 0.8 else None  # nullable UK: plain update
+        self._table("uniq_only")[key] = new
+
+    def _op_uniq_swap_u(self) -> None:
+        table = self._table("uniq_only")
+        if len(table) < 2:
+            return
+        k1, k2 = self.rng.sample(list(table), 2)
+        table[k1], table[k2] = dict(table[k1], u=table[k2]["u"]), dict(table[k2], u=table[k1]["u"])
+
+    def _op_uniq_swap_alt(self) -> None:
+        """Swap a nullable unique value between two rows: two plain updates that only converge
+        when both are applied."""
+        table = self._table("uniq_only")
+        candidates = [k for k, r in table.items() if r["alt"] is not None]
+        if len(candidates) < 2:
+            return
+        k1, k2 = self.rng.sample(candidates, 2)
+        table[k1], table[k2] = dict(table[k1], alt=table[k2]["alt"]), dict(table[k2], alt=table[k1]["alt"])
+
+    def _op_uniq_delete(self) -> None:
+        picked = self._pick("uniq_only")
+        if picked is not None:
+            del self._table("uniq_only")[picked[0]]
+
+    # -- keyless (no key at all; identical rows allowed) --------------------------------------
+
+    def _keyless_row(self) -> Row:
+        rng = self.rng
+        return {
+            "k": rng.choice([1, 2, 3, None]),
+            "v": rng.choice(["a", "b", "é", None]),
+            "n": rng.choice([0.5, 1.25, -3.0, None]),
+        }
+
+    def _op_keyless_insert(self) -> None:
+        if self._full("keyless"):
+            self._op_keyless_delete()
+            return
+        table = self._table("keyless")
+        if table and self.rng.random() < 0.4:
+            row = dict(table[self.rng.choice(list(table))])  # an exact duplicate of an existing row
+        else:
+            row = self._keyless_row()
+        table[self._new_rowid()] = row
+
+    def _op_keyless_update(self) -> None:
+        picked = self._pick("keyless")
+        if picked is None:
+            self._op_keyless_insert()
+            return
+        key, row = picked
+        new = self._keyless_row()
+        self._table("keyless")[key] = {name: self.rng.choice([row[name], new[name]]) for name in row}
+
+    def _op_keyless_delete(self) -> None:
+        picked = self._pick("keyless")
+        if picked is not None:
+            del self._table("keyless")[picked[0]]

@@ -1,0 +1,110 @@
+"""A unit of work the daemon applies downstream: rows up to a target ts, or one DDL.
+
+The barrier builds windows; the daemon turns them into SQL, commits, writes a checkpoint from the
+window's fields, then calls ``Barrier.mark_applied``. A window is a snapshot: it never changes
+after it was built, so the daemon can retry it from memory after a failed transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from applier.codec.events import FLAG_HANDLE_KEY, DDLEvent, Row, RowEvent
+from applier.progress import DDLKey, TableKey, ddl_key
+
+
+def _has_handle_key(image: Row | None) -> bool:
+    if not image:
+        return False
+    return any(col["f"] & FLAG_HANDLE_KEY for col in image.values())
+
+
+def is_keyless(row: RowEvent) -> bool:
+    """True when neither image of ``row`` has a handle-key column.
+
+    Such rows are matched downstream by all their columns and inserted with plain INSERT, so
+    applying one twice leaves two rows: they need exact (not "at least once") delivery.
+    """
+    return not (_has_handle_key(row.new) or _has_handle_key(row.old))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What to apply next, and what to record once it is committed.
+
+    - ``target_ts``: after this window every row with commit ts <= target_ts is applied
+      (the new global applied resolved ts to store in the checkpoint).
+    - ``rows``: the rows to apply, all with ``base_ts < commit_ts <= target_ts``. Partitions are
+      concatenated in partition order; inside one partition rows are in commit-ts order, arrival
+      order within one ts. The SQL planner must sort by commit ts (stable) before applying. After a
+      producer replay a keyed row may appear twice with identical content and ts: harmless for
+      REPLACE/DELETE by key, and keyless rows are deduplicated before they get here.
+    - ``ddl``: a DDL to execute (then ``rows`` is empty); ``target_ts`` is then ``ddl.commit_ts - 1``.
+    - ``resume_offsets``: per partition, the Kafka offset to restart from once this window is
+      applied (``None``: nothing read yet and no start offset known).
+    - ``resolved``: per partition resolved ts when the window was built (for logs and metrics).
+    - ``tables``: tables touched by the rows or the DDL (for per-table checkpoints).
+    - ``base_ts``: the applied ts the window builds on; ``mark_applied`` refuses a window whose
+      base is no longer current.
+    """
+
+    target_ts: int
+    rows: list[RowEvent]
+    ddl: DDLEvent | None
+    resume_offsets: dict[int, int | None]
+    resolved: dict[int, int]
+    tables: frozenset[TableKey]
+    base_ts: int
+
+    @property
+    def ddl_key(self) -> DDLKey | None:
+        return None if self.ddl is None else ddl_key(self.ddl)
+
+    @property
+    def is_empty(self) -> bool:
+        """No rows and no DDL: the window only moves the applied ts (and the resume offsets)."""
+        return not self.rows and self.ddl is None
+
+    def has_keyless_rows(self) -> bool:
+        return any(is_keyless(r) for r in self.rows)
+
+    def chunks(self, max_rows: int | None) -> Iterator[list[RowEvent]]:
+        """The rows split into transactions of about ``max_rows`` rows, in commit-ts order.
+
+        Why splitting is allowed at all: the checkpoint is written only with the last chunk, so a
+        crash in between makes the daemon re-apply the whole window from its first chunk. That is
+        only correct when re-applying is idempotent: REPLACE and DELETE by key are (re-applying a
+        prefix of the window in ts order converges to the same state), INSERT of a keyless row is
+        not (it would add a second copy). Hence:
+
+        - a window with any keyless row is yielded as one chunk, whatever its size;
+        - otherwise rows are stably sorted by commit ts and cut only between two commit ts, so an
+          upstream transaction is never split (a chunk exceeds ``max_rows`` when a single
+          transaction does) and "deletes before inserts at equal ts" stays inside one chunk.
+
+        ``max_rows=None`` yields everything as one chunk. An empty window yields nothing.
+        """
+        if not self.rows:
+            return
+        if max_rows is not None and max_rows < 1:
+            raise ValueError("max_rows must be >= 1")
+        if max_rows is None or len(self.rows) <= max_rows or self.has_keyless_rows():
+            yield list(self.rows)
+            return
+        ordered = sorted(self.rows, key=lambda r: r.commit_ts)
+        chunk: list[RowEvent] = []
+        i = 0
+        n = len(ordered)
+        while i < n:
+            ts = ordered[i].commit_ts
+            j = i
+            while j < n and ordered[j].commit_ts == ts:
+                j += 1
+            if chunk and len(chunk) + (j - i) > max_rows:
+                yield chunk
+                chunk = []
+            chunk.extend(ordered[i:j])
+            i = j
+        if chunk:
+            yield chunk

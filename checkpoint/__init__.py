@@ -1,0 +1,34 @@
+"""The applier's checkpoint, kept in the downstream database next to the data it describes.
+
+Rows and the checkpoint that covers them commit in one transaction, which is what turns the
+at-least-once Kafka stream into exactly-once effect: after any crash the stored checkpoint says
+precisely what the downstream contains.
+"""
+
+from checkpoint.schema import (
+    DEFAULT_SCHEMA,
+    SCHEMA_VERSION,
+    CheckpointSchemaError,
+    ensure_schema,
+)
+from checkpoint.store import (
+    Checkpoint,
+    CheckpointStore,
+    FencedOut,
+    ddl_digest,
+    lag_seconds,
+    status_report,
+)
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "SCHEMA_VERSION",
+    "Checkpoint",
+    "CheckpointSchemaError",
+    "CheckpointStore",
+    "FencedOut",
+    "ddl_digest",
+    "ensure_schema",
+    "lag_seconds",
+    "status_report",
+]

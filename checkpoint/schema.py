@@ -1,0 +1,177 @@
+"""The checkpoint tables in the downstream database, and creating/upgrading them.
+
+The checkpoint lives in the downstream, next to the data, so that a batch of rows and the
+checkpoint that says "applied up to here" commit in one transaction: after a crash the two can
+never disagree. All tables are keyed by changefeed (the Kafka consumer group id), so several
+changefeeds can share one schema.
+
+Names (changefeed, topic, schema, table) are VARCHAR(255) utf8mb4 with a binary collation so
+non-ASCII and hostile names round-trip exactly and compare byte-wise. A *NO PAD* binary collation
+is preferred when the server has one (MariaDB ``utf8mb4_nopad_bin``, MySQL 8 ``utf8mb4_0900_bin``):
+with the classic PAD SPACE ``utf8mb4_bin``, ``'a'`` and ``'a '`` are the same key. The widest key,
+(changefeed, schema_name, table_name), is 3 x (255 x 4 + 2) = 3066 bytes, under InnoDB's 3072.
+
+Times (``updated_at``, ``applied_at``) are DATETIME(6) written as ``UTC_TIMESTAMP(6)``: UTC
+regardless of the session's ``time_zone``, and free of TIMESTAMP's 2038 limit.
+
+``schema_version`` holds a single row (id = 1) with the layout version. :func:`ensure_schema`
+creates what is missing, refuses a newer layout than it knows, and runs ``MIGRATIONS`` for older
+ones, so a future release can change the layout without a manual step.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pymysql
+
+SCHEMA_VERSION: Final = 1
+DEFAULT_SCHEMA: Final = "ticdc_applier"
+
+NAME_MAX_CHARS: Final = 255
+
+# Most preferred first; utf8mb4_bin exists everywhere (TiDB included).
+_COLLATION_PREFERENCE: Final = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
+
+_TABLE_OPTIONS: Final = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={c} ROW_FORMAT=DYNAMIC"
+
+# {s}: quoted schema, {c}: collation. Only identifiers we control are formatted in; values are bound.
+TABLES: Final[dict[str, str]] = {
+    "schema_version": """
+CREATE TABLE IF NOT EXISTS {s}.`schema_version` (
+  `id` TINYINT UNSIGNED NOT NULL,
+  `version` INT UNSIGNED NOT NULL,
+  `updated_at` DATETIME(6) NOT NULL,
+  PRIMARY KEY (`id`)
+) """
+    + _TABLE_OPTIONS,
+    "changefeed": """
+CREATE TABLE IF NOT EXISTS {s}.`changefeed` (
+  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `topic` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NULL,
+  `resolved_ts` BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'global resolved ts applied',
+  `owner` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NULL COMMENT 'active instance fence token',
+  `updated_at` DATETIME(6) NOT NULL COMMENT 'UTC',
+  PRIMARY KEY (`changefeed`)
+) """
+    + _TABLE_OPTIONS,
+    "table_checkpoint": """
+CREATE TABLE IF NOT EXISTS {s}.`table_checkpoint` (
+  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `schema_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `table_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `checkpoint_ts` BIGINT UNSIGNED NOT NULL,
+  `updated_at` DATETIME(6) NOT NULL COMMENT 'UTC',
+  PRIMARY KEY (`changefeed`, `schema_name`, `table_name`)
+) """
+    + _TABLE_OPTIONS,
+    "partition_offset": """
+CREATE TABLE IF NOT EXISTS {s}.`partition_offset` (
+  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `topic` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `partition_id` INT NOT NULL,
+  `next_offset` BIGINT NOT NULL COMMENT 'Kafka offset to resume at',
+  `resolved_ts` BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'partition resolved ts when written',
+  `updated_at` DATETIME(6) NOT NULL COMMENT 'UTC',
+  PRIMARY KEY (`changefeed`, `topic`, `partition_id`)
+) """
+    + _TABLE_OPTIONS,
+    "applied_ddl": """
+CREATE TABLE IF NOT EXISTS {s}.`applied_ddl` (
+  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `commit_ts` BIGINT UNSIGNED NOT NULL,
+  `query_digest` CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'sha256 of query',
+  `schema_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `table_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `ddl_type` INT NOT NULL,
+  `query` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `applied_at` DATETIME(6) NOT NULL COMMENT 'UTC',
+  PRIMARY KEY (`changefeed`, `commit_ts`, `query_digest`)
+) """
+    + _TABLE_OPTIONS,
+}
+
+# version N -> statements that upgrade a version-N layout to N + 1 ({s}/{c} formatted as above).
+# Each statement must be idempotent: two instances starting together may both run it.
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {}
+
+
+class CheckpointSchemaError(RuntimeError):
+    """The checkpoint schema cannot be used by this applier (e.g. written by a newer release)."""
+
+
+def quote_ident(name: str) -> str:
+    """Backtick-quote an identifier, doubling backticks inside it."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def validate_schema_name(schema: str) -> str:
+    """MySQL rules for a database name we are about to create; returns it unchanged."""
+    if not isinstance(schema, str) or not schema or len(schema) > 64:
+        raise ValueError(f"checkpoint schema name must be 1-64 characters, got {schema!r}")
+    if "\x00" in schema or schema.endswith(" "):
+        raise ValueError(f"checkpoint schema name {schema!r} cannot contain NUL or end with a space")
+    return schema
+
+
+def pick_collation(conn: pymysql.connections.Connection) -> str:
+    """The most exact binary utf8mb4 collation this server offers (see module doc)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN (%s, %s, %s)",
+            _COLLATION_PREFERENCE,
+        )
+        available = {row[0] for row in cur.fetchall()}
+    for name in _COLLATION_PREFERENCE:
+        if name in available:
+            return name
+    return "utf8mb4_bin"
+
+
+def ensure_schema(conn: pymysql.connections.Connection, schema: str = DEFAULT_SCHEMA) -> int:
+    """Create the schema and tables if missing and bring them to SCHEMA_VERSION; returns it.
+
+    Idempotent and safe to run concurrently from two instances (everything is IF NOT EXISTS and
+    the version row is inserted only if absent). Objects that exist are not touched, so an
+    operator may pre-create them and grant the applier no CREATE privilege. DDL commits
+    implicitly: call this with no transaction open. Ends with a commit.
+    """
+    validate_schema_name(schema)
+    q = quote_ident(schema)
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (schema,))
+        if cur.fetchone()[0] == 0:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {q} CHARACTER SET utf8mb4")
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (schema,))
+        existing = {row[0] for row in cur.fetchall()}
+        missing = [name for name in TABLES if name not in existing]
+        collation = pick_collation(conn) if missing else "utf8mb4_bin"
+        for name in missing:
+            cur.execute(TABLES[name].format(s=q, c=collation))
+        cur.execute(
+            f"INSERT INTO {q}.`schema_version` (`id`, `version`, `updated_at`) "
+            "VALUES (1, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE `id` = `id`",
+            (SCHEMA_VERSION,),
+        )
+        conn.commit()
+        cur.execute(f"SELECT `version` FROM {q}.`schema_version` WHERE `id` = 1")
+        version = int(cur.fetchone()[0])
+        conn.commit()
+        if version > SCHEMA_VERSION:
+            raise CheckpointSchemaError(
+                f"checkpoint schema {schema!r} has layout version {version}, newer than this applier "
+                f"supports ({SCHEMA_VERSION}); upgrade the applier"
+            )
+        while version < SCHEMA_VERSION:
+            # Migrations contain DDL (implicit commits), so two instances may both run one:
+            # every migration statement must be idempotent (IF [NOT] EXISTS).
+            for stmt in MIGRATIONS[version]:
+                cur.execute(stmt.format(s=q, c=pick_collation(conn)))
+            version += 1
+            cur.execute(
+                f"UPDATE {q}.`schema_version` SET `version` = GREATEST(`version`, %s), "
+                "`updated_at` = UTC_TIMESTAMP(6) WHERE `id` = 1",
+                (version,),
+            )
+            conn.commit()
+    return version

@@ -1,0 +1,462 @@
+"""Reading and writing one changefeed's checkpoint.
+
+What is stored (see ``schema.py`` for the layout):
+
+* ``resolved_ts`` — the global resolved ts applied: every row with commit ts <= it is in the
+  downstream, for every table;
+* per-table ``checkpoint_ts`` — a table may be ahead of the global value (e.g. right after its
+  DDL); rows of that table at or below ``Checkpoint.table_ts`` are already applied and skipped;
+* per-partition ``next_offset`` (where to resume reading) and that partition's resolved ts;
+* the DDLs already executed, keyed by (commit_ts, sha256 of the query), because a DDL is not
+  transactional: it is recorded in the transaction that moves the checkpoint past it, and a
+  replayed DDL is recognised instead of being run twice.
+
+Monotonic on purpose: :meth:`CheckpointStore.write` never moves a value backwards (``GREATEST``
+in SQL). A replay after an ambiguous commit, or a late writer, can then only re-state progress,
+never erase it. Rewinding is an operator action: :meth:`CheckpointStore.reset`.
+
+Values are validated in Python before they reach SQL because the applier's session runs with a
+non-strict ``sql_mode``, where an out-of-range number or an over-long name would be silently
+clipped — and a clipped checkpoint is a wrong checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import pymysql
+
+from applier.codec.events import tso_physical_ms
+from checkpoint.schema import (
+    DEFAULT_SCHEMA,
+    NAME_MAX_CHARS,
+    ensure_schema,
+    quote_ident,
+    validate_schema_name,
+)
+
+UINT64_MAX: Final = (1 << 64) - 1
+INT64_MAX: Final = (1 << 63) - 1
+INT32_MAX: Final = (1 << 31) - 1
+_INT32_MIN: Final = -(1 << 31)
+
+_ROWS_PER_STATEMENT: Final = 500
+
+
+class FencedOut(RuntimeError):
+    """Another instance has claimed this changefeed since we did: we must stop applying.
+
+    Not a transient error: replaying the transaction cannot help.
+    """
+
+
+def ddl_digest(query: str) -> str:
+    """SHA-256 (hex) of the DDL text as UTF-8: part of the key that recognises a replayed DDL."""
+    return hashlib.sha256(query.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Checkpoint:
+    """One changefeed's progress as loaded at start-up (empty for a new changefeed)."""
+
+    resolved_ts: int = 0
+    topic: str | None = None
+    tables: dict[tuple[str, str], int] = field(default_factory=dict)
+    offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset to read
+    partition_resolved: dict[int, int] = field(default_factory=dict)  # partition -> resolved ts
+    applied_ddls: set[tuple[int, str]] = field(default_factory=set)  # (commit_ts, ddl_digest)
+    owner: str | None = None  # fence token of the instance that last claimed the changefeed
+
+    def table_ts(self, schema: str, table: str) -> int:
+        """Rows of this table with commit ts at or below this value are already applied."""
+        return max(self.resolved_ts, self.tables.get((schema, table), 0))
+
+
+def _check_ts(what: str, value: object) -> int:
+    if type(value) is not int or not 0 <= value <= UINT64_MAX:
+        raise ValueError(f"{what} must be an int in [0, 2^64-1], got {value!r}")
+    return value
+
+
+def _check_name(what: str, value: object, *, allow_empty: bool = True) -> str:
+    if not isinstance(value, str) or len(value) > NAME_MAX_CHARS or (not value and not allow_empty):
+        raise ValueError(f"{what} must be a string of at most {NAME_MAX_CHARS} characters, got {value!r}")
+    return value
+
+
+def _check_partition(value: object) -> int:
+    if type(value) is not int or not 0 <= value <= INT32_MAX:
+        raise ValueError(f"partition must be an int in [0, 2^31-1], got {value!r}")
+    return value
+
+
+def _check_offset(value: object) -> int:
+    if type(value) is not int or not 0 <= value <= INT64_MAX:
+        raise ValueError(f"offset must be an int in [0, 2^63-1], got {value!r}")
+    return value
+
+
+def _chunks(rows: Sequence[tuple], size: int = _ROWS_PER_STATEMENT) -> Iterable[Sequence[tuple]]:
+    for i in range(0, len(rows), size):
+        yield rows[i : i + size]
+
+
+class CheckpointStore:
+    """The checkpoint of one changefeed in schema ``schema`` of the downstream.
+
+    Methods taking ``conn`` run their own short transaction and end it with a commit: call them
+    with no transaction open. Methods taking ``cur`` run inside the caller's transaction, which
+    the caller commits together with its data rows.
+    """
+
+    def __init__(self, schema: str = DEFAULT_SCHEMA, changefeed: str = "") -> None:
+        self.schema = validate_schema_name(schema)
+        self.changefeed = _check_name("changefeed", changefeed, allow_empty=False)
+        self._q = quote_ident(schema)
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore(schema={self.schema!r}, changefeed={self.changefeed!r})"
+
+    def _t(self, table: str) -> str:
+        return f"{self._q}.`{table}`"
+
+    # -- schema -------------------------------------------------------------------------------
+
+    def ensure_schema(self, conn: pymysql.connections.Connection) -> None:
+        """Create the checkpoint schema/tables if missing (idempotent; DDL, so no open transaction)."""
+        ensure_schema(conn, self.schema)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def load(self, conn: pymysql.connections.Connection) -> Checkpoint:
+        """This changefeed's checkpoint; an empty one if it has never written any.
+
+        Offsets are returned only for the changefeed's current topic: offsets of a topic it used
+        to read mean nothing for another one.
+        """
+        cf = (self.changefeed,)
+        ckpt = Checkpoint()
+        with conn.cursor() as cur:
+            cur.execute(
+                f"SELECT `topic`, `resolved_ts`, `owner` FROM {self._t('changefeed')} "
+                "WHERE `changefeed` = %s",
+                cf,
+            )
+            row = cur.fetchone()
+            if row is not None:
+                ckpt.topic, ckpt.resolved_ts, ckpt.owner = row[0], int(row[1]), row[2]
+            cur.execute(
+                f"SELECT `schema_name`, `table_name`, `checkpoint_ts` FROM {self._t('table_checkpoint')} "
+                "WHERE `changefeed` = %s",
+                cf,
+            )
+            ckpt.tables = {(s, t): int(ts) for s, t, ts in cur.fetchall()}
+            if ckpt.topic is not None:
+                cur.execute(
+                    f"SELECT `partition_id`, `next_offset`, `resolved_ts` FROM {self._t('partition_offset')} "
+                    "WHERE `changefeed` = %s AND `topic` = %s",
+                    (self.changefeed, ckpt.topic),
+                )
+                for partition, offset, resolved in cur.fetchall():
+                    ckpt.offsets[int(partition)] = int(offset)
+                    ckpt.partition_resolved[int(partition)] = int(resolved)
+            cur.execute(
+                f"SELECT `commit_ts`, `query_digest` FROM {self._t('applied_ddl')} WHERE `changefeed` = %s",
+                cf,
+            )
+            ckpt.applied_ddls = {(int(ts), digest) for ts, digest in cur.fetchall()}
+        conn.commit()  # end the read transaction: it would hold metadata locks on our tables
+        return ckpt
+
+    def ddl_applied(self, ckpt: Checkpoint, commit_ts: int, query: str) -> bool:
+        """Whether this exact DDL (same commit ts, same text) was already executed."""
+        return (commit_ts, ddl_digest(query)) in ckpt.applied_ddls
+
+    # -- writing inside the caller's transaction ----------------------------------------------
+
+    def claim(self, conn: pymysql.connections.Connection, owner: str) -> None:
+        """Make ``owner`` the changefeed's active instance (commits).
+
+        Call right after taking the single-active lock and *before* :meth:`load`. The claim waits
+        on the row lock of any in-flight :meth:`write` of the previous owner, so that write either
+        commits before our load (and we see it) or, run after the claim, is fenced out.
+        """
+        _check_name("owner", owner, allow_empty=False)
+        with conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {self._t('changefeed')} "
+                "(`changefeed`, `topic`, `resolved_ts`, `owner`, `updated_at`) "
+                "VALUES (%s, NULL, 0, %s, UTC_TIMESTAMP(6)) "
+                "ON DUPLICATE KEY UPDATE `owner` = VALUES(`owner`), `updated_at` = VALUES(`updated_at`)",
+                (self.changefeed, owner),
+            )
+        conn.commit()
+
+    def write(
+        self,
+        cur: pymysql.cursors.Cursor,
+        *,
+        topic: str | None,
+        resolved_ts: int,
+        tables: Mapping[tuple[str, str], int],
+        offsets: Mapping[int, int],
+        partition_resolved: Mapping[int, int],
+        owner: str | None = None,
+    ) -> None:
+        """Record progress inside the caller's open transaction (commit it with the data rows).
+
+        Only the tables and partitions given are touched. Every value moves forward only
+        (``GREATEST``). ``partition_resolved`` may only name partitions that are in ``offsets``.
+        ``topic=None`` keeps the stored topic. With ``owner``, first locks the changefeed row and
+        raises :class:`FencedOut` unless ``owner`` is the last claimant (see :meth:`claim`); the
+        row lock is held until the caller commits, which is what makes the fence airtight.
+        """
+        if topic is not None:
+            _check_name("topic", topic, allow_empty=False)
+        _check_ts("resolved_ts", resolved_ts)
+        table_rows = sorted(
+            (
+                self.changefeed,
+                _check_name("schema name", s),
+                _check_name("table name", t),
+                _check_ts("table ts", ts),
+            )
+            for (s, t), ts in tables.items()
+        )
+        extra = set(partition_resolved) - set(offsets)
+        if extra:
+            raise ValueError(f"partition_resolved names partitions without an offset: {sorted(extra)}")
+        if offsets and topic is None:
+            raise ValueError("offsets need the topic they belong to")
+        partition_rows = sorted(
+            (
+                self.changefeed,
+                topic,
+                _check_partition(p),
+                _check_offset(off),
+                _check_ts("partition resolved ts", partition_resolved.get(p, 0)),
+            )
+            for p, off in offsets.items()
+        )
+
+        if owner is not None:
+            cur.execute(
+                f"SELECT `owner` FROM {self._t('changefeed')} WHERE `changefeed` = %s FOR UPDATE",
+                (self.changefeed,),
+            )
+            row = cur.fetchone()
+            current = row[0] if row else None
+            if current != owner:
+                raise FencedOut(
+                    f"changefeed {self.changefeed!r} is now owned by {current!r}, not {owner!r}: "
+                    "another instance took over; stop applying"
+                )
+
+        cur.execute(
+            f"INSERT INTO {self._t('changefeed')} (`changefeed`, `topic`, `resolved_ts`, `updated_at`) "
+            "VALUES (%s, %s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "
+            "`topic` = COALESCE(VALUES(`topic`), `topic`), "
+            "`resolved_ts` = GREATEST(`resolved_ts`, VALUES(`resolved_ts`)), "
+            "`updated_at` = VALUES(`updated_at`)",
+            (self.changefeed, topic, resolved_ts),
+        )
+        for chunk in _chunks(table_rows):
+            cur.execute(
+                f"INSERT INTO {self._t('table_checkpoint')} "
+                "(`changefeed`, `schema_name`, `table_name`, `checkpoint_ts`, `updated_at`) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, UTC_TIMESTAMP(6))"] * len(chunk))
+                + " ON DUPLICATE KEY UPDATE "
+                "`checkpoint_ts` = GREATEST(`checkpoint_ts`, VALUES(`checkpoint_ts`)), "
+                "`updated_at` = VALUES(`updated_at`)",
+                [v for r in chunk for v in r],
+            )
+        for chunk in _chunks(partition_rows):
+            cur.execute(
+                f"INSERT INTO {self._t('partition_offset')} "
+                "(`changefeed`, `topic`, `partition_id`, `next_offset`, `resolved_ts`, `updated_at`) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, UTC_TIMESTAMP(6))"] * len(chunk))
+                + " ON DUPLICATE KEY UPDATE "
+                "`next_offset` = GREATEST(`next_offset`, VALUES(`next_offset`)), "
+                "`resolved_ts` = GREATEST(`resolved_ts`, VALUES(`resolved_ts`)), "
+                "`updated_at` = VALUES(`updated_at`)",
+                [v for r in chunk for v in r],
+            )
+
+    def record_ddl(
+        self,
+        cur: pymysql.cursors.Cursor,
+        *,
+        commit_ts: int,
+        schema: str,
+        table: str,
+        ddl_type: int,
+        query: str,
+    ) -> None:
+        """Remember that a DDL was executed; in the transaction that moves the checkpoint past it.
+
+        Recording the same DDL again is a no-op (keeps the first ``applied_at``).
+        """
+        _check_ts("commit_ts", commit_ts)
+        _check_name("schema name", schema)
+        _check_name("table name", table)
+        if type(ddl_type) is not int or not _INT32_MIN <= ddl_type <= INT32_MAX:
+            raise ValueError(f"ddl_type must be a 32-bit int, got {ddl_type!r}")
+        if not isinstance(query, str):
+            raise ValueError(f"query must be a string, got {type(query).__name__}")
+        cur.execute(
+            f"INSERT INTO {self._t('applied_ddl')} "
+            "(`changefeed`, `commit_ts`, `query_digest`, `schema_name`, `table_name`, `ddl_type`, `query`, "
+            "`applied_at`) VALUES (%s, %s, %s, %s, %s, %s, %s, UTC_TIMESTAMP(6)) "
+            "ON DUPLICATE KEY UPDATE `query_digest` = `query_digest`",
+            (self.changefeed, commit_ts, ddl_digest(query), schema, table, ddl_type, query),
+        )
+
+    # -- operator actions ---------------------------------------------------------------------
+
+    def reset(self, conn: pymysql.connections.Connection) -> None:
+        """Forget everything about this changefeed (commits); other changefeeds are untouched."""
+        with conn.cursor() as cur:
+            for table in ("table_checkpoint", "partition_offset", "applied_ddl", "changefeed"):
+                cur.execute(f"DELETE FROM {self._t(table)} WHERE `changefeed` = %s", (self.changefeed,))
+        conn.commit()
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def lag_seconds(ts: int, now: float) -> float | None:
+    """Seconds between a TSO's physical time and ``now`` (epoch seconds); None for ts 0 (nothing yet).
+
+    Uses this host's clock against PD's, so clock skew shows up as lag (or negative lag).
+    """
+    if ts <= 0:
+        return None
+    return round(now - tso_physical_ms(ts) / 1000.0, 3)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat() + "Z"
+
+
+_MISSING_CODES: Final = (1049, 1146)  # unknown database, table doesn't exist
+
+
+def status_report(
+    conn: pymysql.connections.Connection,
+    schema: str,
+    changefeed: str,
+    *,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """A JSON-ready summary of a changefeed's progress, for ``applier status``.
+
+    ``found`` is False when the schema, its tables or the changefeed do not exist yet. Lags are
+    seconds between the TSO's physical time and ``now`` (default: this host's clock). Reads
+    without locks, so while an applier runs the parts may be from adjacent commits.
+    """
+    validate_schema_name(schema)
+    now = time.time() if now is None else now
+    q = quote_ident(schema)
+    report: dict[str, Any] = {
+        "schema": schema,
+        "changefeed": changefeed,
+        "found": False,
+        "topic": None,
+        "owner": None,
+        "resolved_ts": 0,
+        "lag_seconds": None,
+        "updated_at": None,
+        "tables": [],
+        "partitions": [],
+        "applied_ddls": 0,
+        "last_ddl": None,
+    }
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"SELECT `topic`, `resolved_ts`, `owner`, `updated_at` FROM {q}.`changefeed` "
+                "WHERE `changefeed` = %s",
+                (changefeed,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                return report
+            resolved = int(row[1])
+            report.update(
+                found=True,
+                topic=row[0],
+                owner=row[2],
+                resolved_ts=resolved,
+                lag_seconds=lag_seconds(resolved, now),
+                updated_at=_iso(row[3]),
+            )
+            cur.execute(
+                "SELECT `schema_name`, `table_name`, `checkpoint_ts`, `updated_at` "
+                f"FROM {q}.`table_checkpoint` WHERE `changefeed` = %s ORDER BY `schema_name`, `table_name`",
+                (changefeed,),
+            )
+            for s, t, ts, updated in cur.fetchall():
+                effective = max(resolved, int(ts))
+                report["tables"].append(
+                    {
+                        "schema": s,
+                        "table": t,
+                        "checkpoint_ts": int(ts),
+                        "effective_ts": effective,
+                        "lag_seconds": lag_seconds(effective, now),
+                        "updated_at": _iso(updated),
+                    }
+                )
+            cur.execute(
+                f"SELECT `topic`, `partition_id`, `next_offset`, `resolved_ts`, `updated_at` "
+                f"FROM {q}.`partition_offset` WHERE `changefeed` = %s ORDER BY `topic`, `partition_id`",
+                (changefeed,),
+            )
+            for topic, partition, offset, p_resolved, updated in cur.fetchall():
+                report["partitions"].append(
+                    {
+                        "topic": topic,
+                        "partition": int(partition),
+                        "next_offset": int(offset),
+                        "resolved_ts": int(p_resolved),
+                        "lag_seconds": lag_seconds(int(p_resolved), now),
+                        "current_topic": topic == row[0],
+                        "updated_at": _iso(updated),
+                    }
+                )
+            cur.execute(
+                f"SELECT COUNT(*) FROM {q}.`applied_ddl` WHERE `changefeed` = %s",
+                (changefeed,),
+            )
+            report["applied_ddls"] = int(cur.fetchone()[0])
+            cur.execute(
+                f"SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `applied_at` "
+                f"FROM {q}.`applied_ddl` WHERE `changefeed` = %s "
+                "ORDER BY `commit_ts` DESC, `applied_at` DESC LIMIT 1",
+                (changefeed,),
+            )
+            last = cur.fetchone()
+            if last is not None:
+                report["last_ddl"] = {
+                    "commit_ts": int(last[0]),
+                    "schema": last[1],
+                    "table": last[2],
+                    "ddl_type": int(last[3]),
+                    "query": last[4],
+                    "applied_at": _iso(last[5]),
+                }
+    except pymysql.err.MySQLError as exc:
+        if exc.args and exc.args[0] in _MISSING_CODES:
+            return report
+        raise
+    finally:
+        # End the read-only transaction (it holds metadata locks); the session may be dead.
+        with contextlib.suppress(pymysql.err.Error):
+            conn.rollback()
+    return report

@@ -1,0 +1,75 @@
+"""SQL generation for ticdc-applier: pure functions from decoded events to SQL text + params.
+
+Nothing here opens a connection or keeps global state, so the daemon (per window) and the Spark
+catch-up job (per DDL epoch, on executors) share it; every result is plain picklable data.
+
+- :mod:`sqlgen.quoting` — identifier quoting.
+- :mod:`sqlgen.dialect` — per-server behaviour as data (MYSQL, MARIADB, TIDB).
+- :mod:`sqlgen.collapse` — a window of row events -> final row states per table.
+- :mod:`sqlgen.dml` — plan -> parameterised DELETE / REPLACE / INSERT statements.
+- :mod:`sqlgen.ddl` — which DDL to run and how; TiDB-only clause removal.
+- :mod:`sqlgen.errors` — MySQL error code classification.
+"""
+
+from sqlgen.collapse import (
+    DeleteGroup,
+    KeylessOp,
+    PlanError,
+    TablePlan,
+    UpsertGroup,
+    WindowPlan,
+    plan_table,
+    plan_window,
+)
+from sqlgen.ddl import SCHEMA_DDL_TYPES, SKIP_DDL_TYPES, DDLPlan, plan_ddl, translate_ddl
+from sqlgen.dialect import MARIADB, MYSQL, TIDB, Dialect, dialect_by_name
+from sqlgen.dml import Statement, statements, table_statements
+from sqlgen.errors import (
+    ALREADY_APPLIED_DDL_ERRORS,
+    NEVER_RETRY_DDL_ERRORS,
+    PERMANENT_DML_ERRORS,
+    TRANSIENT_ERRORS,
+    ErrorClass,
+    classify_ddl_error,
+    classify_dml_error,
+    is_transient,
+    mysql_error_code,
+)
+from sqlgen.quoting import quote_ident, quote_ident_fmt, quote_table, quote_table_fmt
+
+__all__ = [
+    "ALREADY_APPLIED_DDL_ERRORS",
+    "MARIADB",
+    "MYSQL",
+    "NEVER_RETRY_DDL_ERRORS",
+    "PERMANENT_DML_ERRORS",
+    "SCHEMA_DDL_TYPES",
+    "SKIP_DDL_TYPES",
+    "TIDB",
+    "TRANSIENT_ERRORS",
+    "DDLPlan",
+    "DeleteGroup",
+    "Dialect",
+    "ErrorClass",
+    "KeylessOp",
+    "PlanError",
+    "Statement",
+    "TablePlan",
+    "UpsertGroup",
+    "WindowPlan",
+    "classify_ddl_error",
+    "classify_dml_error",
+    "dialect_by_name",
+    "is_transient",
+    "mysql_error_code",
+    "plan_ddl",
+    "plan_table",
+    "plan_window",
+    "quote_ident",
+    "quote_ident_fmt",
+    "quote_table",
+    "quote_table_fmt",
+    "statements",
+    "table_statements",
+    "translate_ddl",
+]

@@ -1,0 +1,347 @@
+"""Turn one window of row events into a per-table plan of final row states.
+
+A *window* is every row event with commit ts in ``(previous resolved, resolved]``, from all
+Kafka partitions, in arrival order (not ts order across partitions), possibly with exact
+duplicates from TiCDC replays. Nothing here talks to a database: the result is plain, picklable
+data that :mod:`sqlgen.dml` renders as SQL. The daemon plans one window at a time; the
+Spark catch-up job plans one DDL epoch per executor, so no function keeps state between calls.
+
+Keyed tables (some column carries FLAG_HANDLE_KEY)
+--------------------------------------------------
+Every event is turned into ops on a *handle key* (the values of the handle-key columns): DELETE
+-> delete of its old key; INSERT (or an UPDATE without old image) -> upsert of its new key;
+UPDATE -> upsert of its key (taken from the old image), or, if the new image has a different
+key (TiCDC splits such updates, but be safe), delete of the old key plus upsert of the new one.
+Ops are ordered by ``(commit_ts, deletes before upserts, arrival)`` — a stable sort — and the
+last op per key wins: the key ends *deleted* or *upserted with its last new image*.
+
+Why applying "all deletes, then ``REPLACE INTO`` all upserts" converges
+----------------------------------------------------------------------
+The final upserts are, key by key, the rows as they are in upstream at the window's resolved
+ts: one upstream snapshot, so they are mutually consistent — no two of them share a value of any
+unique key. ``REPLACE`` first deletes every downstream row that conflicts with the new row on
+*any* unique key, then inserts it. A downstream row R that conflicts with a final upsert U cannot
+be in that snapshot holding the conflicting value, so R was changed or deleted in this window:
+either R's key is in the delete set, or R's own final image is among the upserts and is
+REPLACEd (back) too. And no REPLACE can remove a row written by another final upsert, because
+they do not conflict. Hence unique values swapped between two rows, a primary-key change split
+into DELETE + INSERT (same ts, different partitions, any arrival order), delete-then-reinsert
+and replays all end in exactly the upstream state, without error 1062 and whatever order the
+statements of one kind run in. The ordering rule "deletes before inserts at equal ts" is what
+makes a split PK change (delete old key, insert new key, same ts) come out right when the new
+key equals another row's old key.
+
+This does not regroup a transaction into "deletes, updates, inserts" as TiCDC once did
+(tiflow#8552/#8597): there are no UPDATE statements at all, only whole-row REPLACEs of final
+states, which is why swaps converge here.
+
+Keyless tables (no column flagged handle key in any image of the window)
+------------------------------------------------------------------------
+Rows cannot be identified, so nothing is collapsed or deduplicated: events are ordered the same
+way and become an ordered list of ops — DELETE old row (all non-generated columns, LIMIT 1) and
+INSERT new row; an UPDATE is delete old + insert new. An INSERT, or an UPDATE whose old image was
+not sent, is a plain INSERT: the upsert it may stand for is impossible without a key (this can
+leave the pre-update row behind; TiCDC only replicates keyless tables with ``force-replicate``
+and sends the old image by default). Exact duplicates are applied as given: they are
+indistinguishable from legitimately identical rows, so replay safety for keyless tables has to
+come from the caller's checkpoint.
+
+Images: generated columns (FLAG_GENERATED) are never written nor matched. Upserts are grouped by
+their column list, so each REPLACE has one explicit column list even when images of a table
+carry different column sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from applier.codec.events import FLAG_GENERATED, FLAG_HANDLE_KEY, Row, RowEvent, RowKind
+
+_DELETE = RowKind.DELETE
+_UPDATE = RowKind.UPDATE
+_HK = FLAG_HANDLE_KEY
+_GEN = FLAG_GENERATED
+
+TableId = tuple[str, str]
+Key = tuple[tuple[str, ...], tuple[Any, ...]]
+"""A handle key: (column names, values), both in image column order."""
+
+
+class PlanError(ValueError):
+    """An event that cannot be applied safely (e.g. a delete with no usable WHERE columns)."""
+
+    def __init__(self, reason: str, event: RowEvent) -> None:
+        self.reason = reason
+        self.event = event
+        p = event.pos
+        super().__init__(
+            f"cannot plan row event for `{event.schema}`.`{event.table}` at commit ts {event.commit_ts} "
+            f"(topic {p.topic!r} partition {p.partition} offset {p.offset} event #{p.index}): {reason}"
+        )
+
+
+@dataclass(slots=True)
+class DeleteGroup:
+    """Handle keys to delete, all with the same key columns."""
+
+    columns: tuple[str, ...]
+    types: tuple[int, ...]
+    keys: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class UpsertGroup:
+    """Final row images with the same written column list; ``keys[i]`` is the handle key of ``rows[i]``."""
+
+    columns: tuple[str, ...]
+    types: tuple[int, ...]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    keys: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class KeylessOp:
+    """One ordered operation on a keyless table: delete one matching row, or insert a row."""
+
+    kind: Literal["delete", "insert"]
+    columns: tuple[str, ...]
+    types: tuple[int, ...]
+    values: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class TablePlan:
+    """What to do to one table: for keyed tables ``deletes`` then ``upserts``; else ``ops`` in order."""
+
+    schema: str
+    table: str
+    keyed: bool
+    events: int = 0
+    deletes: list[DeleteGroup] = field(default_factory=list)
+    upserts: list[UpsertGroup] = field(default_factory=list)
+    ops: list[KeylessOp] = field(default_factory=list)
+
+    @property
+    def delete_keys(self) -> list[tuple[Any, ...]]:
+        """All handle-key tuples whose final state is deleted."""
+        return [k for g in self.deletes for k in g.keys]
+
+    def row_counts(self) -> dict[str, int]:
+        """Rows per statement kind: ``delete``, ``replace`` (keyed) and ``insert`` (keyless)."""
+        if self.keyed:
+            return {
+                "delete": sum(len(g.keys) for g in self.deletes),
+                "replace": sum(len(g.rows) for g in self.upserts),
+                "insert": 0,
+            }
+        n_del = sum(1 for op in self.ops if op.kind == "delete")
+        return {"delete": n_del, "replace": 0, "insert": len(self.ops) - n_del}
+
+
+@dataclass(slots=True)
+class WindowPlan:
+    """Plans of every table touched by one window, keyed by (schema, table)."""
+
+    tables: dict[TableId, TablePlan] = field(default_factory=dict)
+    events: int = 0
+
+    def row_counts(self) -> dict[TableId, dict[str, int]]:
+        """``{(schema, table): {"delete": n, "replace": n, "insert": n}}`` for metrics and logs."""
+        return {tid: tp.row_counts() for tid, tp in self.tables.items()}
+
+    def totals(self) -> dict[str, int]:
+        """Row counts summed over tables, plus ``events`` (input events)."""
+        out = {"events": self.events, "delete": 0, "replace": 0, "insert": 0}
+        for tp in self.tables.values():
+            for k, v in tp.row_counts().items():
+                out[k] += v
+        return out
+
+
+def plan_window(events: Iterable[RowEvent]) -> WindowPlan:
+    """Plan one window (see the module docstring for the semantics). Raises :class:`PlanError`."""
+    groups: dict[TableId, list[RowEvent]] = {}
+    n = 0
+    for ev in events:
+        n += 1
+        tid = (ev.schema, ev.table)
+        lst = groups.get(tid)
+        if lst is None:
+            groups[tid] = [ev]
+        else:
+            lst.append(ev)
+    plan = WindowPlan(events=n)
+    for (schema, table), evs in groups.items():
+        plan.tables[(schema, table)] = plan_table(schema, table, evs)
+    return plan
+
+
+def plan_table(schema: str, table: str, events: list[RowEvent]) -> TablePlan:
+    """Plan the events of one table, given in arrival order."""
+    tp = _plan_keyed(events) if _any_handle_key(events) else _plan_keyless(events)
+    tp.schema = schema
+    tp.table = table
+    tp.events = len(events)
+    return tp
+
+
+def _any_handle_key(events: list[RowEvent]) -> bool:
+    """True when any image flags a handle-key column (usually decided by the first event)."""
+    for ev in events:
+        for img in (ev.new, ev.old):
+            if img is not None:
+                for col in img.values():
+                    if col["f"] & _HK:
+                        return True
+    return False
+
+
+class _KeyReader:
+    """Handle keys of images, with the key column names cached per image column list.
+
+    Finding the key columns means testing every column's flags; caching that per column list
+    makes it one dict lookup per event. Flags only change with a DDL, and a window (or a Spark
+    DDL epoch) never spans one, so the column list identifies the key columns.
+    """
+
+    __slots__ = ("cache",)
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def key(self, row: Row) -> Key:
+        names = tuple(row)
+        knames = self.cache.get(names)
+        if knames is None:
+            knames = tuple([n for n, col in row.items() if col["f"] & _HK])
+            self.cache[names] = knames
+        return knames, tuple([row[n]["v"] for n in knames])
+
+    def old_key(self, old: Row, new: Row, new_key: Key) -> Key:
+        """Key of an update's old image; key columns it lacks are taken from the new image."""
+        key = self.key(old)
+        if key[0] == new_key[0] or not new_key[0]:
+            return key
+        return new_key[0], tuple([old[n]["v"] if n in old else new[n]["v"] for n in new_key[0]])
+
+
+def _plan_keyed(events: list[RowEvent]) -> TablePlan:
+    # op = (commit_ts, priority, key, new image or None for a delete, image the key came from)
+    ops: list[tuple[int, int, Key, Row | None, Row]] = []
+    append = ops.append
+    keys = _KeyReader()
+    read_key = keys.key
+    for ev in events:
+        kind = ev.kind
+        new = ev.new
+        old = ev.old
+        if kind is _DELETE:
+            if old is None:
+                raise PlanError("delete event without old image", ev)
+            key = read_key(old)
+            if not key[0]:
+                raise PlanError("delete of a keyed table carries no handle-key column", ev)
+            append((ev.commit_ts, 0, key, None, old))
+            continue
+        if new is None:
+            raise PlanError(f"{kind.name.lower()} event without new image", ev)
+        key = read_key(new)
+        if not key[0]:
+            raise PlanError("row image of a keyed table carries no handle-key column", ev)
+        if kind is _UPDATE and old is not None:
+            okey = keys.old_key(old, new, key)
+            if okey != key:
+                append((ev.commit_ts, 0, okey, None, old))
+        append((ev.commit_ts, 1, key, new, new))
+    ops.sort(key=_ts_prio)
+
+    final: dict[Key, tuple[Row | None, Row]] = {}
+    for _ts, _prio, key, new, src in ops:
+        final[key] = (new, src)
+
+    tp = TablePlan(schema="", table="", keyed=True)
+    del_groups: dict[tuple[str, ...], DeleteGroup] = {}
+    # image column names -> (group, indexes of written columns or None when all are written)
+    shapes: dict[tuple[str, ...], tuple[UpsertGroup, list[int] | None]] = {}
+    by_columns: dict[tuple[str, ...], UpsertGroup] = {}
+    for (knames, kvals), (new, src) in final.items():
+        if new is None:
+            dg = del_groups.get(knames)
+            if dg is None:
+                dg = DeleteGroup(knames, tuple(src[n]["t"] for n in knames))
+                del_groups[knames] = dg
+                tp.deletes.append(dg)
+            dg.keys.append(kvals)
+            continue
+        names = tuple(new)
+        shape = shapes.get(names)
+        if shape is None:
+            shape = _shape(new, by_columns, tp.upserts)
+            shapes[names] = shape
+        ug, keep = shape
+        if keep is None:
+            ug.rows.append(tuple([c["v"] for c in new.values()]))
+        else:
+            vals = [c["v"] for c in new.values()]
+            ug.rows.append(tuple([vals[i] for i in keep]))
+        ug.keys.append(kvals)
+    return tp
+
+
+def _ts_prio(op: tuple[Any, ...]) -> tuple[int, int]:
+    return op[0], op[1]
+
+
+def _shape(
+    img: Row, by_columns: dict[tuple[str, ...], UpsertGroup], groups: list[UpsertGroup]
+) -> tuple[UpsertGroup, list[int] | None]:
+    """The upsert group for images with ``img``'s column names, and the indexes of the written
+    (non-generated) columns, or None when every column is written (no per-row selection).
+
+    Shapes are cached per window by column names alone: whether a column is generated only
+    changes with a DDL, and a window never spans one.
+    """
+    items = list(img.items())
+    keep = [i for i, (_name, col) in enumerate(items) if not col["f"] & _GEN]
+    cols = tuple(items[i][0] for i in keep)
+    ug = by_columns.get(cols)
+    if ug is None:
+        ug = UpsertGroup(cols, tuple(items[i][1]["t"] for i in keep))
+        by_columns[cols] = ug
+        groups.append(ug)
+    return ug, (None if len(keep) == len(items) else keep)
+
+
+def _written(img: Row) -> tuple[tuple[str, ...], tuple[int, ...], tuple[Any, ...]]:
+    names: list[str] = []
+    types: list[int] = []
+    vals: list[Any] = []
+    for name, col in img.items():
+        if col["f"] & _GEN:
+            continue
+        names.append(name)
+        types.append(col["t"])
+        vals.append(col["v"])
+    return tuple(names), tuple(types), tuple(vals)
+
+
+def _plan_keyless(events: list[RowEvent]) -> TablePlan:
+    staged: list[tuple[int, int, KeylessOp]] = []
+    for ev in events:
+        kind = ev.kind
+        if kind is _DELETE or (kind is _UPDATE and ev.old is not None):
+            if ev.old is None:
+                raise PlanError("delete event without old image", ev)
+            names, types, vals = _written(ev.old)
+            if not names:
+                raise PlanError("delete from a keyless table with no columns to match", ev)
+            staged.append((ev.commit_ts, 0, KeylessOp("delete", names, types, vals)))
+        if kind is not _DELETE:
+            if ev.new is None:
+                raise PlanError(f"{kind.name.lower()} event without new image", ev)
+            names, types, vals = _written(ev.new)
+            staged.append((ev.commit_ts, 1, KeylessOp("insert", names, types, vals)))
+    staged.sort(key=_ts_prio)
+    return TablePlan(schema="", table="", keyed=False, ops=[s[2] for s in staged])

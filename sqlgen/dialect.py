@@ -1,0 +1,77 @@
+"""What differs between downstream servers, as plain data.
+
+Following sqlglot's idea of "a dialect is a table of differences", the SQL builders ask a
+:class:`Dialect` instead of branching on server names. A Dialect is a frozen dataclass of
+builtins, so it pickles cheaply to Spark executors and can be compared and hashed.
+
+Facts behind the values (checked against MariaDB 10.11 by tests/integration/test_sqlgen_mariadb.py;
+MySQL/TiDB values come from their documentation):
+
+- FLOAT (type 4) is stored in single precision, but a bound parameter is a DOUBLE literal: a
+  column holding 1.1f never equals ``1.1e0``. ``CAST(%s AS FLOAT)`` rounds the parameter to single
+  precision first; MariaDB ≥ 10.4.5, MySQL ≥ 8.0.17 and TiDB support it.
+- JSON (type 245) is LONGTEXT on MariaDB, compared as the text we inserted; MySQL and TiDB store
+  binary JSON, where a string parameter never equals a JSON value unless cast to JSON.
+- DECIMAL (246) compared with a *string* is compared as DOUBLE on MySQL (MariaDB happens to compare
+  exactly): parameters are therefore bound as :class:`decimal.Decimal`, which pymysql writes as
+  an exact decimal literal (``exact_decimal_params``).
+- Statement size limits keep one statement well under ``max_allowed_packet`` (16 MiB default on
+  MariaDB, 64 MiB on MySQL 8) and bound the server-side parse/range-optimizer work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TYPE_FLOAT = 4
+TYPE_JSON = 245
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """Behaviour of one downstream flavour.
+
+    ``where_params`` maps a column type code to the SQL expression used for a bound value that is
+    *compared* with a column of that type (WHERE clauses); types not listed use a bare ``%s``.
+    Inserted values never need this: the server converts them on store.
+    """
+
+    name: str
+    where_params: tuple[tuple[int, str], ...] = ((TYPE_FLOAT, "CAST(%s AS FLOAT)"),)
+    exact_decimal_params: bool = True
+    max_rows_per_statement: int = 1000
+    max_params_per_statement: int = 20000
+    max_statement_bytes: int = 4 << 20
+    """Estimated size budget of one statement's values (str length, bytes length x2 for escaping).
+    A single bigger row still goes alone in its statement."""
+    strip_tidb_ddl: bool = True
+    """Remove TiDB-only clauses from DDL (see sqlgen.ddl); False when the target is TiDB."""
+
+    def where_param(self, type_code: int) -> str:
+        """Placeholder expression for comparing a bound value with a column of ``type_code``."""
+        for code, sql in self.where_params:
+            if code == type_code:
+                return sql
+        return "%s"
+
+
+MARIADB = Dialect(name="mariadb")
+MYSQL = Dialect(
+    name="mysql",
+    where_params=((TYPE_FLOAT, "CAST(%s AS FLOAT)"), (TYPE_JSON, "CAST(%s AS JSON)")),
+)
+TIDB = Dialect(
+    name="tidb",
+    where_params=((TYPE_FLOAT, "CAST(%s AS FLOAT)"), (TYPE_JSON, "CAST(%s AS JSON)")),
+    strip_tidb_ddl=False,
+)
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (MARIADB, MYSQL, TIDB)}
+
+
+def dialect_by_name(name: str) -> Dialect:
+    """The built-in dialect called ``name`` (``mysql``, ``mariadb``, ``tidb``; case-insensitive)."""
+    try:
+        return DIALECTS[name.strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown SQL dialect {name!r}; expected one of {sorted(DIALECTS)}") from None

@@ -1,0 +1,107 @@
+"""Classifying MySQL/MariaDB error codes for the DDL and DML appliers.
+
+The code sets come from TiCDC's MySQL sink (open-protocol.md section 6). The classes say what
+the caller should do; retry policy, backoff and logging are the caller's business.
+
+- ``ALREADY_APPLIED``: a DDL error meaning the change is already there (table exists, column
+  missing on DROP COLUMN, ...) — typical after a replay; ignore it.
+- ``FATAL``: retrying cannot help (bad SQL, missing database or table, access denied, duplicate
+  key outside REPLACE); stop and report.
+- ``TRANSIENT``: deadlock, lock wait timeout, lost connection; retry (after reconnecting).
+- ``UNKNOWN``: anything else; the caller decides (typically retry a few times, then stop).
+"""
+
+from __future__ import annotations
+
+import enum
+
+ALREADY_APPLIED_DDL_ERRORS = frozenset(
+    {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1068, 1091, 1176, 1507, 1517}
+)
+NEVER_RETRY_DDL_ERRORS = frozenset(
+    {1044, 1045, 1046, 1049, 1064, 1149, 1066, 1072, 1082, 1146, 1166, 1505, 3750}
+)
+TRANSIENT_ERRORS = frozenset(
+    {
+        1205,  # lock wait timeout
+        1213,  # deadlock
+        2002,  # can't connect (socket)
+        2003,  # can't connect (TCP)
+        2006,  # server has gone away
+        2013,  # lost connection during query
+        1040,  # too many connections
+        1053,  # server shutdown in progress
+        1927,  # MariaDB: connection was killed
+        2055,  # lost connection (system error)
+        4031,  # MySQL 8: disconnected by the server because of inactivity
+    }
+)
+PERMANENT_DML_ERRORS = frozenset(
+    {
+        1049,  # unknown database
+        1062,  # duplicate entry
+        1146,  # table doesn't exist
+        1044,  # access denied to database
+        1045,  # access denied for user
+        1142,  # command denied on table
+        1143,  # command denied on column
+        1048,  # column cannot be null
+        1054,  # unknown column
+        1064,  # syntax error
+        1136,  # column count doesn't match
+        1264,  # out of range value (strict mode)
+        1292,  # incorrect/truncated value (strict mode)
+        1364,  # field has no default value
+        1366,  # incorrect value for column
+        1406,  # data too long
+        1690,  # value out of range
+        3105,  # MySQL: value for generated column not allowed
+        1906,  # MariaDB: value for generated column ignored/not allowed
+        3140,  # MySQL: invalid JSON text
+        3819,  # MySQL: check constraint violated
+        4025,  # MariaDB: check constraint failed
+    }
+)
+
+
+class ErrorClass(enum.Enum):
+    ALREADY_APPLIED = "already_applied"
+    FATAL = "fatal"
+    TRANSIENT = "transient"
+    UNKNOWN = "unknown"
+
+
+def classify_ddl_error(code: int | None) -> ErrorClass:
+    """What a DDL failing with MySQL error ``code`` means."""
+    if code in ALREADY_APPLIED_DDL_ERRORS:
+        return ErrorClass.ALREADY_APPLIED
+    if code in NEVER_RETRY_DDL_ERRORS:
+        return ErrorClass.FATAL
+    if code in TRANSIENT_ERRORS:
+        return ErrorClass.TRANSIENT
+    return ErrorClass.UNKNOWN
+
+
+def classify_dml_error(code: int | None) -> ErrorClass:
+    """What a row statement failing with MySQL error ``code`` means (never ALREADY_APPLIED)."""
+    if code in TRANSIENT_ERRORS:
+        return ErrorClass.TRANSIENT
+    if code in PERMANENT_DML_ERRORS:
+        return ErrorClass.FATAL
+    return ErrorClass.UNKNOWN
+
+
+def is_transient(code: int | None) -> bool:
+    return code in TRANSIENT_ERRORS
+
+
+def mysql_error_code(exc: BaseException) -> int | None:
+    """The numeric error code of a pymysql (or MySQLdb-style) exception, else None.
+
+    pymysql puts the server's code in ``args[0]``; its client-side connection errors use the
+    CR_* codes (2003, 2013, ...), which the sets above include.
+    """
+    args = getattr(exc, "args", ())
+    if args and type(args[0]) is int:
+        return args[0]
+    return None

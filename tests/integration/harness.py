@@ -1,0 +1,146 @@
+"""Run the real daemon (``python -m applier run``) against the test broker and MariaDB.
+
+Tests drive the daemon as a separate process, exactly as systemd would, so that SIGKILL,
+SIGTERM and standby take-over are exercised for real.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pymysql
+
+from applier.simulator import Simulation, compare_downstream
+
+
+@dataclass
+class Changefeed:
+    """One test changefeed: its topic, group id, checkpoint schema and downstream URL."""
+
+    bootstrap: str
+    topic: str
+    downstream: str
+    mariadb_params: dict
+    group_id: str = field(default_factory=lambda: f"cf_{uuid.uuid4().hex[:10]}")
+    checkpoint_schema: str = field(default_factory=lambda: f"ckpt_{uuid.uuid4().hex[:10]}")
+    extra_args: list[str] = field(default_factory=list)
+
+    def args(self, *more: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "applier",
+            "run",
+            "--kafka-bootstrap",
+            self.bootstrap,
+            "--topic",
+            self.topic,
+            "--group-id",
+            self.group_id,
+            "--downstream",
+            self.downstream,
+            "--checkpoint-schema",
+            self.checkpoint_schema,
+            "--standby-poll-seconds",
+            "1",
+            *self.extra_args,
+            *more,
+        ]
+
+    def start(self, *more: str, log_path: str | None = None) -> subprocess.Popen:
+        """Start the daemon in the background, its output going to a log file (never a pipe that
+        could fill up and block it); ``proc.log_path`` says where."""
+        env = dict(os.environ)
+        env.pop("APPLIER_CONFIG", None)
+        if log_path is None:
+            fd, log_path = tempfile.mkstemp(prefix="applier-", suffix=".log")
+            os.close(fd)
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(self.args(*more), stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc.log_path = log_path  # type: ignore[attr-defined]
+        return proc
+
+    def run_to_end(self, *more: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        """Run with --exit-when-caught-up; return the finished process (output decoded)."""
+        proc = subprocess.run(
+            self.args("--exit-when-caught-up", *more),
+            capture_output=True,
+            timeout=timeout,
+            env=dict(os.environ),
+        )
+        return subprocess.CompletedProcess(
+            proc.args,
+            proc.returncode,
+            proc.stdout.decode(errors="replace"),
+            proc.stderr.decode(errors="replace"),
+        )
+
+    def connect(self) -> pymysql.connections.Connection:
+        return pymysql.connect(**self.mariadb_params, charset="utf8mb4", autocommit=True)
+
+    def checkpoint(self) -> tuple[int, dict[int, int]]:
+        """(global resolved ts applied, partition -> next offset) as stored."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"SELECT resolved_ts FROM `{self.checkpoint_schema}`.changefeed WHERE changefeed=%s",
+                    (self.group_id,),
+                )
+                row = cur.fetchone()
+                cur.execute(
+                    f"SELECT partition_id, next_offset FROM `{self.checkpoint_schema}`.partition_offset "
+                    "WHERE changefeed=%s",
+                    (self.group_id,),
+                )
+                offsets = {int(p): int(o) for p, o in cur.fetchall()}
+        finally:
+            conn.close()
+        return (int(row[0]) if row else 0), offsets
+
+    def compare(self, sim: Simulation, ts: int) -> list[str]:
+        conn = self.connect()
+        try:
+            return compare_downstream(conn, sim, ts)
+        finally:
+            conn.close()
+
+    def drop(self, *schemas: str) -> None:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                for s in (self.checkpoint_schema, *schemas):
+                    cur.execute("DROP DATABASE IF EXISTS `" + s.replace("`", "``") + "`")
+        finally:
+            conn.close()
+
+
+def read_log(proc: subprocess.Popen) -> str:
+    with open(proc.log_path, "rb") as fh:  # type: ignore[attr-defined]
+        return fh.read().decode(errors="replace")
+
+
+def wait_for_output(proc: subprocess.Popen, needle: str, timeout: float) -> str:
+    """Wait until the process's log contains ``needle`` (fail after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = read_log(proc)
+        if needle in seen:
+            return seen
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} not seen within {timeout}s; output so far:\n{read_log(proc)}")
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    proc.wait(timeout=30)

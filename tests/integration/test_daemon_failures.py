@@ -1,0 +1,86 @@
+"""The daemon under process failures: SIGKILL at random points, SIGTERM, a hot standby."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from applier.simulator import StreamConfig, produce_simulation, simulate
+from tests.integration.harness import Changefeed, stop, wait_for_output
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
+    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
+    cf.upstream = f"up_{uuid.uuid4().hex[:10]}"  # type: ignore[attr-defined]
+    yield cf
+    cf.drop(cf.upstream)  # type: ignore[attr-defined]
+
+
+def test_kill_loop_converges(feed: Changefeed, tmp_path) -> None:
+    """At least 10 SIGKILLs at random points of one stream, each followed by a restart."""
+    sim = simulate(StreamConfig(seed=21, partitions=4, transactions=3000, schema=feed.upstream))  # type: ignore[attr-defined]
+    produce_simulation(feed.bootstrap, feed.topic, sim)
+    # Small transactions: many commits, so the kills land before, inside and after them.
+    feed.extra_args += ["--max-txn-rows", "5"]
+    rng = random.Random(7)
+    log = str(tmp_path / "daemon.log")
+    kills = 0
+    progress = []
+    for _ in range(12):
+        proc = feed.start(log_path=log)
+        time.sleep(rng.uniform(0.7, 1.8))
+        if proc.poll() is not None:
+            break  # finished early: cannot happen without --exit-when-caught-up, but stay safe
+        stop(proc, signal.SIGKILL)
+        kills += 1
+        progress.append(feed.checkpoint()[0])
+    assert kills >= 10
+    assert progress[-1] > 0, "the daemon never committed between the kills"
+    done = feed.run_to_end()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+    assert len(set(progress)) > 3, f"kills did not land at different points: {progress}"
+
+
+def test_sigterm_exits_zero_quickly_and_restart_carries_on(feed: Changefeed) -> None:
+    sim = simulate(StreamConfig(seed=22, partitions=3, transactions=800, schema=feed.upstream))  # type: ignore[attr-defined]
+    produce_simulation(feed.bootstrap, feed.topic, sim)
+    feed.extra_args += ["--max-txn-rows", "20"]
+    proc = feed.start()
+    wait_for_output(proc, "window applied", timeout=60)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=15)
+    assert code == 0
+    assert time.monotonic() - started < 10
+    mid, _ = feed.checkpoint()
+    assert mid > 0
+    done = feed.run_to_end()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+def test_standby_takes_over_when_the_active_instance_dies(feed: Changefeed) -> None:
+    sim = simulate(StreamConfig(seed=23, partitions=3, transactions=800, schema=feed.upstream))  # type: ignore[attr-defined]
+    produce_simulation(feed.bootstrap, feed.topic, sim)
+    feed.extra_args += ["--max-txn-rows", "20"]
+    first = feed.start()
+    wait_for_output(first, "active: holding", timeout=60)
+    second = feed.start("--exit-when-caught-up")
+    out = wait_for_output(second, "standby", timeout=60)
+    assert "window applied" not in out
+    time.sleep(1.0)
+    stop(first, signal.SIGKILL)
+    took_over = time.monotonic()
+    wait_for_output(second, "active: holding", timeout=30)
+    assert time.monotonic() - took_over < 15
+    assert second.wait(timeout=180) == 0
+    assert feed.compare(sim, sim.final_resolved_ts) == []

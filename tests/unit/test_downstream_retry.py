@@ -1,0 +1,137 @@
+"""run_with_retry: whole-unit replay with reconnect, backoff, and limits (fake units, no database)."""
+
+from __future__ import annotations
+
+import time
+
+import pymysql
+import pytest
+
+from applier.downstream.retry import Backoff, RetryInfo, run_with_retry
+
+LOST = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+FAST = Backoff(initial=0.001, maximum=0.005, jitter=0.5)
+
+
+class Unit:
+    """A unit of work that fails with the given errors first, then returns 'done'."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+        self.reconnects = 0
+        self.log: list[str] = []
+
+    def __call__(self) -> str:
+        self.calls += 1
+        self.log.append("run")
+        if self.errors:
+            raise self.errors.pop(0)
+        return "done"
+
+    def reconnect(self) -> None:
+        self.reconnects += 1
+        self.log.append("reconnect")
+
+
+def test_transient_errors_replay_the_whole_unit_after_reconnect() -> None:
+    unit = Unit(LOST, pymysql.err.OperationalError(1213, "Deadlock"), pymysql.err.InterfaceError(0, ""))
+    seen: list[RetryInfo] = []
+    assert run_with_retry(unit, reconnect=unit.reconnect, backoff=FAST, on_retry=seen.append) == "done"
+    assert unit.log == ["run", "reconnect", "run", "reconnect", "run", "reconnect", "run"]
+    assert [i.attempt for i in seen] == [1, 2, 3]
+    assert type(seen[0].error) is pymysql.err.OperationalError
+    assert all(0 <= i.wait <= FAST.maximum for i in seen)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pymysql.err.IntegrityError(1062, "Duplicate entry"),
+        pymysql.err.ProgrammingError(1146, "Table doesn't exist"),
+        RuntimeError("bug"),
+    ],
+)
+def test_permanent_errors_propagate_at_once(error: BaseException) -> None:
+    unit = Unit(error)
+    with pytest.raises(type(error)) as ei:
+        run_with_retry(unit, reconnect=unit.reconnect, backoff=FAST)
+    assert ei.value is error
+    assert unit.calls == 1 and unit.reconnects == 0
+
+
+def test_gives_up_after_max_attempts_with_the_last_error() -> None:
+    errors = [pymysql.err.OperationalError(2006, f"gone {i}") for i in range(5)]
+    unit = Unit(*errors)
+    with pytest.raises(pymysql.err.OperationalError) as ei:
+        run_with_retry(unit, reconnect=unit.reconnect, max_attempts=3, backoff=FAST)
+    assert ei.value is errors[2]
+    assert unit.calls == 3 and unit.reconnects == 2
+
+
+def test_gives_up_after_max_time() -> None:
+    unit = Unit(*[LOST] * 10_000)
+    started = time.monotonic()
+    with pytest.raises(pymysql.err.OperationalError):
+        run_with_retry(
+            unit,
+            reconnect=unit.reconnect,
+            max_attempts=None,
+            max_time=0.3,
+            backoff=Backoff(initial=0.05, maximum=0.05, jitter=0),
+        )
+    elapsed = time.monotonic() - started
+    assert 0.25 <= elapsed < 1.5
+    assert 3 <= unit.calls <= 10
+
+
+def test_transient_failure_of_reconnect_counts_as_an_attempt() -> None:
+    unit = Unit(LOST)
+    outcomes = [pymysql.err.OperationalError(2003, "Can't connect"), None]
+
+    def reconnect() -> None:
+        unit.reconnects += 1
+        error = outcomes.pop(0)
+        if error is not None:
+            raise error
+
+    assert run_with_retry(unit, reconnect=reconnect, backoff=FAST) == "done"
+    assert unit.calls == 2 and unit.reconnects == 2
+
+
+def test_permanent_failure_of_reconnect_propagates() -> None:
+    unit = Unit(LOST)
+    denied = pymysql.err.OperationalError(1045, "Access denied")
+
+    def reconnect() -> None:
+        raise denied
+
+    with pytest.raises(pymysql.err.OperationalError) as ei:
+        run_with_retry(unit, reconnect=reconnect, backoff=FAST)
+    assert ei.value is denied and unit.calls == 1
+
+
+def test_backoff_grows_exponentially_and_is_capped() -> None:
+    slept: list[float] = []
+    unit = Unit(*[LOST] * 6)
+    run_with_retry(
+        unit,
+        reconnect=unit.reconnect,
+        backoff=Backoff(initial=1.0, maximum=8.0, multiplier=2.0, jitter=0),
+        sleep=slept.append,
+    )
+    assert slept == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+def test_jitter_stays_within_bounds() -> None:
+    b = Backoff(initial=1.0, maximum=100.0, jitter=0.25)
+    waits = {b.wait(3) for _ in range(200)}
+    assert all(3.0 <= w <= 5.0 for w in waits)
+    assert len(waits) > 1
+
+
+def test_invalid_settings() -> None:
+    with pytest.raises(ValueError):
+        Backoff(multiplier=0.5)
+    with pytest.raises(ValueError):
+        run_with_retry(lambda: 1, reconnect=lambda: None, max_attempts=0)

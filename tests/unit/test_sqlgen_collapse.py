@@ -1,0 +1,344 @@
+"""Collapse semantics of sqlgen.collapse.plan_window (pure, no database)."""
+
+from __future__ import annotations
+
+import pickle
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from applier.codec.events import (
+    FLAG_GENERATED,
+    FLAG_HANDLE_KEY,
+    FLAG_PRIMARY_KEY,
+    FLAG_UNIQUE_KEY,
+    Position,
+    Row,
+    RowEvent,
+    RowKind,
+)
+from sqlgen import PlanError, plan_window
+
+PK = FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY
+INT, VARCHAR, FLOAT, JSON = 3, 15, 4, 245
+
+_offsets = iter(range(10**9))
+
+
+def keyed(id_: Any, u: Any = None, v: Any = None) -> Row:
+    """Image of table (id INT PK, u VARCHAR UNIQUE, v VARCHAR)."""
+    return {
+        "id": {"t": INT, "f": PK, "v": id_},
+        "u": {"t": VARCHAR, "f": FLAG_UNIQUE_KEY, "v": u},
+        "v": {"t": VARCHAR, "f": 0, "v": v},
+    }
+
+
+def keyless(a: Any, b: Any = None) -> Row:
+    return {"a": {"t": INT, "f": 0, "v": a}, "b": {"t": VARCHAR, "f": 0, "v": b}}
+
+
+def ev(
+    kind: RowKind,
+    ts: int,
+    new: Row | None = None,
+    old: Row | None = None,
+    table: str = "t",
+    partition: int = 0,
+) -> RowEvent:
+    return RowEvent(
+        commit_ts=ts,
+        schema="s",
+        table=table,
+        kind=kind,
+        new=new,
+        old=old,
+        partition_id=None,
+        pos=Position("topic", partition, next(_offsets), 0),
+    )
+
+
+INS, UPD, DEL = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
+
+
+def final_state(events: list[RowEvent]) -> tuple[set, dict]:
+    """(deleted keys, {key: (u, v)}) of the single table in the plan."""
+    plan = plan_window(events)
+    (tp,) = plan.tables.values()
+    assert tp.keyed
+    ups: dict = {}
+    for g in tp.upserts:
+        for key, row in zip(g.keys, g.rows, strict=True):
+            d = dict(zip(g.columns, row, strict=True))
+            ups[key] = (d["u"], d["v"])
+    deleted = set(tp.delete_keys)
+    assert not deleted & set(ups), "a key is both deleted and upserted"
+    return deleted, ups
+
+
+def test_update_chain_keeps_last_image_and_replays_collapse() -> None:
+    evs = [
+        ev(INS, 10, keyed(1, "a", "v1")),
+        ev(UPD, 11, keyed(1, "a", "v2"), keyed(1, "a", "v1")),
+        ev(UPD, 12, keyed(1, "b", "v3"), keyed(1, "a", "v2")),
+    ]
+    replayed = evs + [ev(e.kind, e.commit_ts, e.new, e.old) for e in evs]  # exact duplicates
+    assert final_state(replayed) == (set(), {(1,): ("b", "v3")})
+
+
+def test_order_is_by_commit_ts_not_arrival() -> None:
+    evs = [
+        ev(UPD, 12, keyed(1, "a", "late"), keyed(1, "a", "mid"), partition=1),
+        ev(INS, 10, keyed(1, "a", "early"), partition=0),
+        ev(UPD, 11, keyed(1, "a", "mid"), keyed(1, "a", "early"), partition=0),
+    ]
+    assert final_state(evs) == (set(), {(1,): ("a", "late")})
+
+
+def test_delete_then_reinsert_and_insert_then_delete() -> None:
+    reinsert = [ev(INS, 11, keyed(1, "x", "new")), ev(DEL, 10, old=keyed(1, "x", "old"))]
+    assert final_state(reinsert) == (set(), {(1,): ("x", "new")})
+    gone = [ev(DEL, 11, old=keyed(1, "x", "v")), ev(INS, 10, keyed(1, "x", "v"))]
+    assert final_state(gone) == ({(1,)}, {})
+
+
+def test_pk_change_split_across_partitions_arrival_reversed() -> None:
+    # UPDATE id 1 -> 2 sent as DELETE(1) + INSERT(2), same ts, on different partitions;
+    # the insert arrives first.
+    evs = [ev(INS, 10, keyed(2, "a", "v"), partition=1), ev(DEL, 10, old=keyed(1, "a", "v"), partition=0)]
+    assert final_state(evs) == ({(1,)}, {(2,): ("a", "v")})
+
+
+def test_pk_swap_split_converges_to_two_upserts() -> None:
+    # A: id 1 -> 2, B: id 2 -> 1 in one transaction; deletes must not win over the inserts.
+    evs = [
+        ev(INS, 10, keyed(2, "A", "a"), partition=1),
+        ev(INS, 10, keyed(1, "B", "b"), partition=0),
+        ev(DEL, 10, old=keyed(1, "A", "a"), partition=0),
+        ev(DEL, 10, old=keyed(2, "B", "b"), partition=1),
+    ]
+    assert final_state(evs) == (set(), {(2,): ("A", "a"), (1,): ("B", "b")})
+
+
+def test_unique_value_swap_is_two_upserts() -> None:
+    evs = [
+        ev(UPD, 10, keyed(2, "a", "y"), keyed(2, "b", "y"), partition=1),
+        ev(UPD, 10, keyed(1, "b", "x"), keyed(1, "a", "x"), partition=0),
+    ]
+    assert final_state(evs) == (set(), {(1,): ("b", "x"), (2,): ("a", "y")})
+
+
+def test_update_with_changed_key_in_one_event_is_delete_plus_upsert_ordered_as_delete() -> None:
+    # Same ts: another row takes key 1 (arrives first), and the UPDATE moves key 1 -> 3.
+    evs = [
+        ev(INS, 10, keyed(1, "n", "new")),
+        ev(UPD, 10, keyed(3, "o", "moved"), keyed(1, "o", "moved")),
+    ]
+    assert final_state(evs) == (set(), {(1,): ("n", "new"), (3,): ("o", "moved")})
+    assert final_state([ev(UPD, 10, keyed(3, "o", "m"), keyed(1, "o", "m"))]) == ({(1,)}, {(3,): ("o", "m")})
+
+
+def test_insert_without_old_image_is_an_upsert() -> None:
+    assert final_state([ev(INS, 10, keyed(1, "a", "v")), ev(INS, 11, keyed(1, "a", "w"))]) == (
+        set(),
+        {(1,): ("a", "w")},
+    )
+
+
+def test_composite_and_null_keys() -> None:
+    def img(a: Any, b: Any, v: Any) -> Row:
+        return {
+            "a": {"t": INT, "f": PK, "v": a},
+            "b": {"t": VARCHAR, "f": PK, "v": b},
+            "v": {"t": INT, "f": 0, "v": v},
+        }
+
+    plan = plan_window(
+        [ev(DEL, 10, old=img(1, None, 0)), ev(DEL, 10, old=img(1, "x", 0)), ev(INS, 10, img(2, "y", 5))]
+    )
+    tp = plan.tables[("s", "t")]
+    (dg,) = tp.deletes
+    assert dg.columns == ("a", "b") and dg.types == (INT, VARCHAR)
+    assert sorted(dg.keys, key=repr) == sorted([(1, None), (1, "x")], key=repr)
+    (ug,) = tp.upserts
+    assert ug.columns == ("a", "b", "v") and ug.rows == [(2, "y", 5)] and ug.keys == [(2, "y")]
+
+
+def test_generated_columns_excluded_and_upserts_grouped_by_columns() -> None:
+    with_gen = keyed(1, "a", "v") | {"g": {"t": INT, "f": FLAG_GENERATED, "v": 99}}
+    narrow = {"id": {"t": INT, "f": PK, "v": 2}, "v": {"t": VARCHAR, "f": 0, "v": "w"}}
+    plan = plan_window([ev(INS, 10, with_gen), ev(INS, 10, narrow), ev(INS, 11, keyed(3, "c", "z"))])
+    groups = {g.columns: g for g in plan.tables[("s", "t")].upserts}
+    assert set(groups) == {("id", "u", "v"), ("id", "v")}
+    assert groups[("id", "u", "v")].rows == [(1, "a", "v"), (3, "c", "z")]
+    assert groups[("id", "u", "v")].types == (INT, VARCHAR, VARCHAR)
+    assert groups[("id", "v")].rows == [(2, "w")]
+
+
+def test_keyless_order_duplicates_and_update_split() -> None:
+    evs = [
+        ev(INS, 11, keyless(3, "c")),
+        ev(INS, 10, keyless(1, "a")),
+        ev(INS, 10, keyless(1, "a")),  # duplicate kept: indistinguishable from a second equal row
+        ev(UPD, 11, keyless(2, "B"), keyless(2, "b")),
+        ev(DEL, 11, old=keyless(1, "a")),
+        ev(UPD, 12, keyless(4, "d")),  # update without old image: plain insert
+    ]
+    plan = plan_window(evs)
+    tp = plan.tables[("s", "t")]
+    assert not tp.keyed
+    got = [(op.kind, op.values) for op in tp.ops]
+    assert got == [
+        ("insert", (1, "a")),
+        ("insert", (1, "a")),
+        ("delete", (2, "b")),  # deletes first at ts 11, in arrival order
+        ("delete", (1, "a")),
+        ("insert", (3, "c")),
+        ("insert", (2, "B")),
+        ("insert", (4, "d")),
+    ]
+    assert tp.ops[0].columns == ("a", "b") and tp.ops[0].types == (INT, VARCHAR)
+    assert plan.row_counts() == {("s", "t"): {"delete": 2, "replace": 0, "insert": 5}}
+
+
+def test_keyless_generated_column_not_matched() -> None:
+    old = keyless(1, "a") | {"g": {"t": INT, "f": FLAG_GENERATED, "v": 2}}
+    (op,) = plan_window([ev(DEL, 10, old=old)]).tables[("s", "t")].ops
+    assert op.columns == ("a", "b") and op.values == (1, "a")
+
+
+def test_multi_table_counts_and_totals() -> None:
+    evs = [
+        ev(INS, 10, keyed(1, "a", "v"), table="k"),
+        ev(DEL, 10, old=keyed(2, "b", "v"), table="k"),
+        ev(INS, 10, keyless(1), table="n"),
+        ev(INS, 10, keyed(1, "a", "w"), table="k"),
+    ]
+    plan = plan_window(evs)
+    assert plan.row_counts() == {
+        ("s", "k"): {"delete": 1, "replace": 1, "insert": 0},
+        ("s", "n"): {"delete": 0, "replace": 0, "insert": 1},
+    }
+    assert plan.totals() == {"events": 4, "delete": 1, "replace": 1, "insert": 1}
+    assert plan.tables[("s", "k")].events == 3
+
+
+def test_unplannable_events_raise_with_position() -> None:
+    no_key_delete = ev(DEL, 10, old={"v": {"t": VARCHAR, "f": 0, "v": "x"}})
+    with pytest.raises(PlanError, match="no handle-key column") as info:
+        plan_window([ev(INS, 9, keyed(1)), no_key_delete])
+    assert info.value.event is no_key_delete
+    assert f"offset {no_key_delete.pos.offset}" in str(info.value)
+    with pytest.raises(PlanError, match="no columns to match"):
+        plan_window([ev(DEL, 10, old={"g": {"t": INT, "f": FLAG_GENERATED, "v": 1}})])
+
+
+def test_plan_pickles() -> None:
+    plan = plan_window(
+        [ev(INS, 10, keyed(1, "a", "v")), ev(DEL, 10, old=keyed(2)), ev(INS, 10, keyless(1), table="n")]
+    )
+    again = pickle.loads(pickle.dumps(plan))
+    assert again == plan
+
+
+# --- model-based property: applying the plan reproduces upstream ------------------------------
+
+
+def _simulate(seed: int, dispatch: str) -> None:
+    """Random upstream transactions on (id PK, u UNIQUE, v) -> TiCDC-like events (PK changes split
+    into delete+insert, rows spread over partitions, random interleaving, replayed duplicates),
+    windows of several transactions; apply each window's plan to a model of the downstream with
+    REPLACE semantics and compare with upstream after every window."""
+    rnd = random.Random(seed)
+    rows: dict[int, tuple[int, int, str]] = {}  # upstream: internal row id -> (id, u, v)
+    next_rid = 0
+    ids = list(range(8))
+    us = list(range(8))
+    for _ in range(4):
+        rid = next_rid
+        next_rid += 1
+        rows[rid] = (ids[rid], us[rid], "init")
+    downstream: dict[int, tuple[str, str]] = {r[0]: (str(r[1]), r[2]) for r in rows.values()}
+    ts = 100
+    for _window in range(6):
+        partitions: dict[int, list[RowEvent]] = {p: [] for p in range(3)}
+        for _txn in range(rnd.randint(1, 4)):
+            ts += 1
+            before = dict(rows)
+            for _op in range(rnd.randint(1, 4)):
+                choice = rnd.random()
+                live = list(rows)
+                free_ids = [i for i in ids if i not in {r[0] for r in rows.values()}]
+                free_us = [u for u in us if u not in {r[1] for r in rows.values()}]
+                if choice < 0.25 and free_ids and free_us:
+                    rows[next_rid] = (rnd.choice(free_ids), rnd.choice(free_us), f"v{ts}")
+                    next_rid += 1
+                elif choice < 0.4 and live:
+                    del rows[rnd.choice(live)]
+                elif choice < 0.6 and len(live) >= 2:  # swap unique values
+                    a, b = rnd.sample(live, 2)
+                    ra, rb = rows[a], rows[b]
+                    rows[a], rows[b] = (ra[0], rb[1], ra[2]), (rb[0], ra[1], rb[2])
+                elif choice < 0.8 and len(live) >= 2:  # swap primary keys
+                    a, b = rnd.sample(live, 2)
+                    ra, rb = rows[a], rows[b]
+                    rows[a], rows[b] = (rb[0], ra[1], ra[2]), (ra[0], rb[1], rb[2])
+                elif live:
+                    a = rnd.choice(live)
+                    ra = rows[a]
+                    new_id = rnd.choice(free_ids) if free_ids and rnd.random() < 0.5 else ra[0]
+                    rows[a] = (new_id, ra[1], f"v{ts}")
+            for rid in set(before) | set(rows):
+                old, new = before.get(rid), rows.get(rid)
+                if old == new:
+                    continue
+                o = keyed(old[0], str(old[1]), old[2]) if old else None
+                n = keyed(new[0], str(new[1]), new[2]) if new else None
+                if old and new and old[0] == new[0]:
+                    out = [(UPD, n, o, new[0])]
+                elif old and new:
+                    out = [(DEL, None, o, old[0]), (INS, n, None, new[0])]
+                elif new:
+                    out = [(INS, n, None, new[0])]
+                else:
+                    out = [(DEL, None, o, old[0])]
+                for kind, nn, oo, key in out:
+                    p = key % 3 if dispatch == "index-value" else 0
+                    partitions[p].append(ev(kind, ts, nn, oo, partition=p))
+        # replay: a random tail of each partition is sent again
+        for p, lst in partitions.items():
+            if lst and rnd.random() < 0.5:
+                lst.extend(
+                    ev(e.kind, e.commit_ts, e.new, e.old, partition=p) for e in lst[rnd.randrange(len(lst)) :]
+                )
+        # interleave partitions randomly, keeping each partition's order
+        arrival: list[RowEvent] = []
+        queues = [list(lst) for lst in partitions.values() if lst]
+        while queues:
+            q = rnd.choice(queues)
+            arrival.append(q.pop(0))
+            if not q:
+                queues.remove(q)
+        if not arrival:
+            continue
+        (tp,) = plan_window(arrival).tables.values()
+        for key in tp.delete_keys:
+            downstream.pop(key[0], None)
+        for g in tp.upserts:
+            for row in g.rows:
+                d = dict(zip(g.columns, row, strict=True))
+                # REPLACE: remove every row conflicting on the PK or the unique key, then insert
+                for other in [k for k, (u, _v) in downstream.items() if k == d["id"] or u == d["u"]]:
+                    del downstream[other]
+                downstream[d["id"]] = (d["u"], d["v"])
+        expected = {r[0]: (str(r[1]), r[2]) for r in rows.values()}
+        assert downstream == expected, f"seed {seed} diverged at ts {ts}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), dispatch=st.sampled_from(["table", "index-value"]))
+def test_plan_reproduces_upstream(seed: int, dispatch: str) -> None:
+    _simulate(seed, dispatch)

@@ -1,0 +1,248 @@
+"""DDL rules (sqlgen.ddl), the lossless lexer (sqlgen.sqltokens) and error classes (sqlgen.errors)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sqlgen import (
+    MARIADB,
+    MYSQL,
+    TIDB,
+    ErrorClass,
+    classify_ddl_error,
+    classify_dml_error,
+    is_transient,
+    mysql_error_code,
+    plan_ddl,
+    translate_ddl,
+)
+from sqlgen.sqltokens import EXEC_CLOSE, EXEC_OPEN, QIDENT, STRING, TIDB_COMMENT, tokenize
+
+TRANSLATIONS = [
+    # bare TiDB column attributes and index options
+    (
+        "CREATE TABLE t (id BIGINT AUTO_RANDOM(5) PRIMARY KEY CLUSTERED, c VARCHAR(10))",
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, c VARCHAR(10))",
+    ),
+    ("CREATE TABLE t (id BIGINT AUTO_RANDOM PRIMARY KEY)", "CREATE TABLE t (id BIGINT PRIMARY KEY)"),
+    (
+        "CREATE TABLE t (id BIGINT PRIMARY KEY AUTO_RANDOM(5), b INT)",
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, b INT)",
+    ),
+    ("CREATE TABLE t (id BIGINT PRIMARY KEY auto_random)", "CREATE TABLE t (id BIGINT PRIMARY KEY)"),
+    (
+        "create table t (id bigint unsigned auto_random(5, 54) not null, primary key (id) nonclustered)",
+        "create table t (id bigint unsigned not null, primary key (id))",
+    ),
+    (
+        "CREATE TABLE t (a INT, b INT, PRIMARY KEY (a, b) CLUSTERED COMMENT 'pk')",
+        "CREATE TABLE t (a INT, b INT, PRIMARY KEY (a, b) COMMENT 'pk')",
+    ),
+    ("ALTER TABLE t ADD PRIMARY KEY (a) NONCLUSTERED", "ALTER TABLE t ADD PRIMARY KEY (a)"),
+    # table options, with and without '=', with the separating commas
+    (
+        "CREATE TABLE t (a INT) SHARD_ROW_ID_BITS = 4 PRE_SPLIT_REGIONS=2 AUTO_ID_CACHE 1",
+        "CREATE TABLE t (a INT)",
+    ),
+    (
+        "CREATE TABLE t (a INT) ENGINE=InnoDB, SHARD_ROW_ID_BITS=4, DEFAULT CHARSET=utf8mb4",
+        "CREATE TABLE t (a INT) ENGINE=InnoDB, DEFAULT CHARSET=utf8mb4",
+    ),
+    (
+        "CREATE TABLE t (id BIGINT AUTO_RANDOM(3) PRIMARY KEY) AUTO_RANDOM_BASE=1000 COMMENT='x'",
+        "CREATE TABLE t (id BIGINT PRIMARY KEY) COMMENT='x'",
+    ),
+    (
+        "CREATE TABLE t (id INT PRIMARY KEY, created_at DATETIME) TTL = `created_at` + INTERVAL 3 MONTH "
+        "TTL_ENABLE = 'ON' TTL_JOB_INTERVAL = '24h'",
+        "CREATE TABLE t (id INT PRIMARY KEY, created_at DATETIME)",
+    ),
+    ("ALTER TABLE t TTL = created_at + INTERVAL '1' DAY", ""),
+    ("ALTER TABLE t TTL created_at + INTERVAL 1 YEAR, ADD COLUMN x INT", "ALTER TABLE t ADD COLUMN x INT"),
+    ("ALTER TABLE t REMOVE TTL", ""),
+    ("ALTER TABLE t ADD COLUMN x INT, TTL_ENABLE='OFF'", "ALTER TABLE t ADD COLUMN x INT"),
+    ("ALTER TABLE `d`.`t` SHARD_ROW_ID_BITS=4;", ""),
+    (
+        "ALTER TABLE t ADD COLUMN c INT, SHARD_ROW_ID_BITS=4, PRE_SPLIT_REGIONS=2",
+        "ALTER TABLE t ADD COLUMN c INT",
+    ),
+    ("ALTER TABLE t STATS_BUCKETS=10, STATS_SAMPLE_RATE=0.5", ""),
+    # placement
+    ("CREATE TABLE t (a INT) PLACEMENT POLICY=`p1`", "CREATE TABLE t (a INT)"),
+    (
+        "CREATE TABLE t (a INT) PARTITION BY RANGE (a) "
+        "(PARTITION p0 VALUES LESS THAN (10) PLACEMENT POLICY p0pol, "
+        "PARTITION p1 VALUES LESS THAN MAXVALUE)",
+        "CREATE TABLE t (a INT) PARTITION BY RANGE (a) (PARTITION p0 VALUES LESS THAN (10), "
+        "PARTITION p1 VALUES LESS THAN MAXVALUE)",
+    ),
+    (
+        "CREATE DATABASE d DEFAULT CHARACTER SET utf8mb4 DEFAULT PLACEMENT POLICY = p",
+        "CREATE DATABASE d DEFAULT CHARACTER SET utf8mb4",
+    ),
+    ("ALTER DATABASE d PLACEMENT POLICY = DEFAULT", ""),
+    ("ALTER TABLE t PLACEMENT POLICY DEFAULT", ""),
+    ("CREATE PLACEMENT POLICY p PRIMARY_REGION='us' REGIONS='us,eu'", ""),
+    ("DROP PLACEMENT POLICY IF EXISTS p", ""),
+    ("CREATE RESOURCE GROUP rg RU_PER_SEC = 100", ""),
+    # TiDB executable comments (as SHOW CREATE TABLE / TiCDC restore write them)
+    (
+        "CREATE TABLE `t` (\n  `id` bigint(20) NOT NULL /*T![auto_rand] AUTO_RANDOM(5) */,\n"
+        "  PRIMARY KEY (`id`) /*T![clustered_index] CLUSTERED */\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 "
+        "COLLATE=utf8mb4_bin /*T![auto_rand_base] AUTO_RANDOM_BASE=30001 */ /*T! SHARD_ROW_ID_BITS=4 */",
+        "CREATE TABLE `t` (\n  `id` bigint(20) NOT NULL,\n  PRIMARY KEY (`id`)\n) "
+        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 "
+        "COLLATE=utf8mb4_bin",
+    ),
+    (
+        "CREATE TABLE t (a INT) /*T![placement] PLACEMENT POLICY=`p` */ "
+        "/*T![ttl] TTL=`a` + INTERVAL 1 DAY */",
+        "CREATE TABLE t (a INT)",
+    ),
+    ("CREATE TABLE t (a INT/*T![x] y */NOT NULL)", "CREATE TABLE t (a INT NOT NULL)"),
+    # MySQL executable comments: TiDB clauses inside are removed; empty comments dropped
+    ("CREATE TABLE t (a INT) /*!90000 SHARD_ROW_ID_BITS=4 PRE_SPLIT_REGIONS=2 */", "CREATE TABLE t (a INT)"),
+    (
+        "CREATE TABLE t (a INT) /*!50100 PARTITION BY HASH (a) */ /*!90000 SHARD_ROW_ID_BITS=4 */",
+        "CREATE TABLE t (a INT) /*!50100 PARTITION BY HASH (a) */",
+    ),
+]
+
+UNCHANGED = [
+    "CREATE TABLE t (ttl INT, clustered INT, auto_random BIGINT, shard_row_id_bits INT, placement INT, "
+    "policy INT, PRIMARY KEY (auto_random, clustered), KEY clustered (ttl))",
+    "ALTER TABLE t ADD COLUMN ttl INT, DROP COLUMN auto_random, CHANGE clustered nonclustered INT",
+    "ALTER TABLE t RENAME COLUMN ttl TO pre_split_regions",
+    "ALTER TABLE t CHANGE placement policy INT, CHANGE COLUMN ttl_enable ttl_job_interval INT",
+    "ALTER TABLE t ADD INDEX auto_random (a), DROP remove, ADD COLUMN (auto_random BIGINT)",
+    "ALTER TABLE t ADD UNIQUE KEY auto_random (a), ADD KEY auto_random2 (b), CHANGE x auto_random BIGINT",
+    "CREATE VIEW v AS SELECT ttl, shard_row_id_bits FROM t WHERE ttl = 1",
+    "CREATE TABLE t (a INT COMMENT 'AUTO_RANDOM(5) SHARD_ROW_ID_BITS=4 /*T! x */') "
+    "COMMENT='TTL = a + INTERVAL 1 DAY'",
+    "CREATE TABLE `SHARD_ROW_ID_BITS` (`TTL` INT, `CLUSTERED` INT, PRIMARY KEY (`CLUSTERED`))",
+    "CREATE TABLE t (a INT) /* keep me */ -- and me\n ENGINE=InnoDB # me too",
+    "CREATE TABLE t (a INT PRIMARY KEY, b INT, c INT AS (a + b) STORED)",
+    "DROP TABLE IF EXISTS `a``b`",
+    "RENAME TABLE a TO b",
+    "",
+    "   ",
+]
+
+
+@pytest.mark.parametrize(("query", "expected"), TRANSLATIONS)
+def test_translate_removes_tidb_clauses(query: str, expected: str) -> None:
+    assert translate_ddl(query, MARIADB) == expected
+    assert translate_ddl(query, MYSQL) == expected
+    assert translate_ddl(query, TIDB) == query
+
+
+@pytest.mark.parametrize("query", UNCHANGED)
+def test_translate_leaves_other_text_alone(query: str) -> None:
+    assert translate_ddl(query, MARIADB) == query
+
+
+def test_tokenizer_kinds() -> None:
+    toks = tokenize("a 'it''s \\' x' `b``c` /*T! t */ /*!50100 x */ \"q\"")
+    kinds = [t.kind for t in toks if t.kind not in ("ws",)]
+    assert kinds == ["word", STRING, QIDENT, TIDB_COMMENT, EXEC_OPEN, "word", EXEC_CLOSE, STRING]
+    assert toks[2].text == "'it''s \\' x'"
+    assert tokenize("'unterminated")[0].text == "'unterminated"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "CREATE",
+                    "ALTER",
+                    "TABLE",
+                    "DATABASE",
+                    " ",
+                    "(",
+                    ")",
+                    ",",
+                    "=",
+                    "+",
+                    ".",
+                    "'",
+                    '"',
+                    "`",
+                    "/*",
+                    "*/",
+                    "/*!",
+                    "/*T!",
+                    "--",
+                    "#",
+                    "\n",
+                    "AUTO_RANDOM",
+                    "CLUSTERED",
+                    "PRIMARY",
+                    "KEY",
+                    "TTL",
+                    "INTERVAL",
+                    "DAY",
+                    "PLACEMENT",
+                    "POLICY",
+                    "DEFAULT",
+                    "SHARD_ROW_ID_BITS",
+                    "REMOVE",
+                    "4",
+                    "\\",
+                ]
+            ),
+            st.text(max_size=3),
+        ),
+        max_size=30,
+    )
+)
+def test_lexer_is_lossless_and_translation_never_raises(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert "".join(t.text for t in tokenize(text)) == text
+    out = translate_ddl(text, MARIADB)
+    assert isinstance(out, str)
+    assert len(out) <= len(text) + text.count("*/") + 1  # only removes (plus a separating space)
+
+
+def test_plan_ddl_rules() -> None:
+    for skipped in (13, 16, 27, 28, 29, 30, 31, 40, 51, 56):
+        p = plan_ddl("ALTER TABLE t SOMETHING", skipped, "s", MARIADB)
+        assert not p.execute and p.statements() == [] and "outside TiDB" in p.reason
+    p = plan_ddl("CREATE DATABASE `x`", 1, "x", MARIADB)
+    assert p.execute and p.use_schema is None and p.statements() == ["CREATE DATABASE `x`"]
+    p = plan_ddl("DROP DATABASE x", 2, "x", MARIADB)
+    assert p.statements() == ["DROP DATABASE x"]
+    p = plan_ddl("ALTER DATABASE x CHARACTER SET utf8mb4", 26, "x", MARIADB)
+    assert p.use_schema is None
+    p = plan_ddl("CREATE TABLE t (id BIGINT AUTO_RANDOM PRIMARY KEY)", 3, "we`ird", MARIADB)
+    assert p.statements() == ["USE `we``ird`", "CREATE TABLE t (id BIGINT PRIMARY KEY)"]
+    p = plan_ddl("ALTER TABLE t ADD COLUMN c INT", 5, "s", TIDB)
+    assert p.statements() == ["USE `s`", "ALTER TABLE t ADD COLUMN c INT"]
+    p = plan_ddl("ALTER TABLE t SHARD_ROW_ID_BITS = 4", 99, "s", MARIADB)  # unknown code, nothing left
+    assert not p.execute and "nothing left" in p.reason
+    p = plan_ddl("ALTER TABLE t EXCHANGE PARTITION p WITH TABLE t2", 999, "s", MARIADB)  # unknown: run it
+    assert p.execute and p.sql == "ALTER TABLE t EXCHANGE PARTITION p WITH TABLE t2"
+
+
+def test_error_classification() -> None:
+    for code in (1007, 1008, 1050, 1051, 1054, 1060, 1061, 1068, 1091, 1176, 1507, 1517):
+        assert classify_ddl_error(code) is ErrorClass.ALREADY_APPLIED
+    for code in (1044, 1045, 1046, 1049, 1064, 1149, 1066, 1072, 1082, 1146, 1166, 1505, 3750):
+        assert classify_ddl_error(code) is ErrorClass.FATAL
+    for code in (1205, 1213, 2002, 2003, 2006, 2013):
+        assert classify_ddl_error(code) is ErrorClass.TRANSIENT
+        assert classify_dml_error(code) is ErrorClass.TRANSIENT
+        assert is_transient(code)
+    for code in (1049, 1062, 1146, 1054):
+        assert classify_dml_error(code) is ErrorClass.FATAL
+    assert classify_dml_error(1105) is ErrorClass.UNKNOWN
+    assert classify_ddl_error(None) is ErrorClass.UNKNOWN
+
+    import pymysql
+
+    assert mysql_error_code(pymysql.err.IntegrityError(1062, "Duplicate entry")) == 1062
+    assert mysql_error_code(pymysql.err.OperationalError(2013, "Lost connection")) == 2013
+    assert mysql_error_code(ValueError("x")) is None
