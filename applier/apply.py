@@ -57,6 +57,7 @@ class WindowApplier:
         dialect: Dialect,
         owner: str | None = None,
         stop_requested: Callable[[], bool] = lambda: False,
+        on_retry: Callable[[BaseException], None] = lambda exc: None,
         before_commit: Callable[[], None] = lambda: None,
         backoff: Backoff | None = None,
     ) -> None:
@@ -66,6 +67,7 @@ class WindowApplier:
         self._dialect = dialect
         self._owner = owner
         self._stop_requested = stop_requested
+        self._notify_retry = on_retry
         self._before_commit = before_commit
         self._backoff = backoff or Backoff(initial=0.2, maximum=10.0)
         self._conn: pymysql.connections.Connection | None = None
@@ -98,6 +100,7 @@ class WindowApplier:
 
     def _on_retry(self, info: RetryInfo) -> None:
         self.stats.retries += 1
+        self._notify_retry(info.error)
         self.log.warning(
             "transient downstream error, replaying the transaction",
             attempt=info.attempt,
@@ -118,13 +121,17 @@ class WindowApplier:
         )
 
     # -- windows -------------------------------------------------------------------------------
-    def apply(self, window: Window) -> None:
-        """Commit ``window`` (rows or DDL) together with its checkpoint; raise ApplyError if impossible."""
+    def apply(self, window: Window) -> dict[tuple[str, str, str], int]:
+        """Commit ``window`` (rows or DDL) together with its checkpoint; raise ApplyError if impossible.
+
+        Returns the row operations written, by (schema, table, op), for metrics.
+        """
         started = time.monotonic()
+        counts: dict[tuple[str, str, str], int] = {}
         if window.ddl is not None:
             self._apply_ddl(window)
         else:
-            self._apply_rows(window)
+            counts = self._apply_rows(window)
         self.stats.windows += 1
         lag = time.time() - tso_physical_ms(window.target_ts) / 1000.0 if window.target_ts else None
         if window.ddl is None:
@@ -136,6 +143,7 @@ class WindowApplier:
                 lag_s=round(lag, 3) if lag is not None else None,
                 seconds=round(time.monotonic() - started, 3),
             )
+        return counts
 
     def _write_checkpoint(self, cur: pymysql.cursors.Cursor, window: Window) -> None:
         offsets = {p: o for p, o in window.resume_offsets.items() if o is not None}
@@ -149,7 +157,7 @@ class WindowApplier:
             owner=self._owner,
         )
 
-    def _apply_rows(self, window: Window) -> None:
+    def _apply_rows(self, window: Window) -> dict[tuple[str, str, str], int]:
         """One transaction: deletes, replaces and keyless ops of the window, then the checkpoint.
 
         The barrier already bounds a window to about ``max_txn_rows`` rows by whole upstream
@@ -182,10 +190,14 @@ class WindowApplier:
 
         self._retry(unit)
         self.stats.transactions += 1
-        for tid, counts in plan.row_counts().items():
-            for op, n in counts.items():
-                key = (tid[0], tid[1], op)
-                self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
+        counts: dict[tuple[str, str, str], int] = {}
+        for tid, by_op in plan.row_counts().items():
+            for op, n in by_op.items():
+                if n:
+                    key = (tid[0], tid[1], op)
+                    counts[key] = n
+                    self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
+        return counts
 
     def _apply_ddl(self, window: Window) -> None:
         ddl = window.ddl

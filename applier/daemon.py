@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from types import FrameType
 
 from applier.apply import ApplyError, Stopping, WindowApplier
@@ -27,6 +28,7 @@ from applier.downstream.url import DownstreamConfig, DownstreamConfigError
 from applier.kafka.reader import KafkaReadError, PartitionReader
 from applier.listener import LargeMessageNotSupported
 from applier.logs import configure, get_logger
+from applier.observer import Observer, Observers
 from applier.progress import CheckpointState
 from applier.redact import redact_text
 from checkpoint import CheckpointStore, FencedOut
@@ -55,8 +57,9 @@ class Daemon:
     LOCK_CHECK_SECONDS = 5.0
     DRAIN_SECONDS = 30.0
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, observers: Sequence[Observer] = ()) -> None:
         self.cfg = cfg
+        self.observer = Observers(observers)
         self.log = get_logger(changefeed=cfg.group_id, topic=cfg.topic)
         self._stop = threading.Event()
         self.options = DecoderOptions(
@@ -85,6 +88,7 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def run(self) -> int:
+        self.observer.on_state("starting")
         try:
             return self._run()
         except Stopping:
@@ -102,11 +106,17 @@ class Daemon:
             FencedOut,
         ) as exc:
             self.log.error("fatal: " + redact_text(str(exc)), error_type=type(exc).__name__)
+            self.observer.on_error(type(exc).__name__)
+            self.observer.on_state("failed")
             return EXIT_FATAL
         except Exception as exc:  # a bug: say so in one line plus the traceback, exit non-zero
             self.log.error("fatal: unexpected error: " + redact_text(repr(exc)), exc_info=True)
+            self.observer.on_error(type(exc).__name__)
+            self.observer.on_state("failed")
             return EXIT_FATAL
         finally:
+            if self._stop.is_set():
+                self.observer.on_state("stopping")
             self._close()
 
     def _close(self) -> None:
@@ -130,6 +140,7 @@ class Daemon:
         def waiting(w: LockWait) -> bool:
             nonlocal said
             if not said:
+                self.observer.on_state("standby")
                 self.log.info(
                     "standby: another instance is active; waiting to take over",
                     holder_connection=w.holder_connection_id,
@@ -139,6 +150,7 @@ class Daemon:
 
         if not self.lock.acquire(waiting):
             raise Stopping()
+        self.observer.on_state("active")
         self.log.info("active: holding the single-active lock", took_over=said)
 
     def _run(self) -> int:
@@ -180,6 +192,7 @@ class Daemon:
             dialect=dialect,
             owner=self.lock.owner_token,
             stop_requested=self._stop.is_set,
+            on_retry=self.observer.on_retry,
             before_commit=self.lock.ensure_held,
         )
         self.reader.assign(start)
@@ -190,6 +203,7 @@ class Daemon:
             resume_offsets={str(p): o for p, o in start.items()},
             dialect=dialect.name,
         )
+        self.observer.on_ready()
         return self._loop()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -228,7 +242,8 @@ class Daemon:
                     bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
                     bad_partitions.add(rec.partition)
                     reader.pause([rec.partition])
-            self._apply_ready()
+            applied = self._apply_ready()
+            self.observer.on_tick(barrier, reader, bool(records) or applied)
             if bad_input is not None and self._drained(drain_deadline, bad_partitions):
                 # Everything the barrier could release before the bad record is applied and
                 # checkpointed; nothing at or after it is. A restart stops at the same record.
@@ -272,16 +287,21 @@ class Daemon:
         healthy = set(self.reader.partitions) - bad
         return time.monotonic() >= deadline or healthy <= self.reader.at_end
 
-    def _apply_ready(self) -> None:
+    def _apply_ready(self) -> bool:
         """Apply every window the barrier releases now, committing group offsets after each."""
         assert self.reader is not None and self.barrier is not None and self.applier is not None
+        applied = False
         while not self._stop.is_set():
             window = self.barrier.next_window(self.cfg.max_txn_rows, merge=True)
             if window is None:
-                return
-            self.applier.apply(window)
+                break
+            started = time.monotonic()
+            rows = self.applier.apply(window)
             self.barrier.mark_applied(window)
+            self.observer.on_window(window, time.monotonic() - started, rows)
+            applied = True
             self.reader.commit({p: o for p, o in window.resume_offsets.items() if o is not None})
+        return applied
 
 
 def run_daemon(cfg: Config) -> int:

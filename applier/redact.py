@@ -1,28 +1,31 @@
-"""Keep secrets out of logs, status output and exception messages."""
+"""Keep secrets out of logs, status output and exception messages: one place for masking."""
 
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
 
 _URL_PASSWORD = re.compile(
     r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]*)@", re.IGNORECASE
 )
 
 
-def redact_url(url: str) -> str:
-    """``mysql://u:pw@h:1/`` -> ``mysql://u:***@h:1/``; anything unparsable is returned with passwords masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return redact_text(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+def redact_url(text: str) -> str:
+    """Mask the password of one URL, even one that does not parse (for messages about bad URLs).
+
+    Conservative on purpose: everything from the first ':' after ``scheme://`` up to the LAST '@'
+    is masked, because an unencoded password may contain '@', '/', '?' or '#' and then no URL
+    parser agrees where it ends. It can over-mask an odd URL; it never under-masks.
+    """
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    at = rest.rfind("@")
+    colon = rest.find(":")
+    if at < 0 or colon < 0 or colon > at:
+        return text
+    return f"{scheme}://{rest[:colon]}:***{rest[at:]}"
 
 
 def redact_text(text: str) -> str:
-    """Mask every ``scheme://user:password@`` in free text."""
+    """Mask every ``scheme://user:password@`` inside free text (log lines, exception messages)."""
     return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)

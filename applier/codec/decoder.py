@@ -17,6 +17,7 @@ import orjson
 from applier.codec.compression import Decompressor, decompressor
 from applier.codec.errors import MalformedRecordError
 from applier.codec.events import (
+    FLAG_HANDLE_KEY,
     KIND_DDL,
     KIND_RESOLVED,
     KIND_ROW,
@@ -31,7 +32,21 @@ from applier.codec.events import (
 )
 from applier.codec.framing import split_record
 from applier.codec.problem import Problem
-from applier.codec.values import ValuePlan, fast_columns, normalize_row
+from applier.codec.values import (
+    K_BLOB,
+    K_DECIMAL,
+    K_LEGACY,
+    K_QUOTED,
+    K_TEXT,
+    ValuePlan,
+    conv_legacy_string,
+    go_unquote,
+    normalize_row,
+)
+from applier.codec.values import a2b_base64 as _a2b_base64
+from applier.codec.values import decimal_match as _decimal_match
+from applier.codec.values import escape_decode as _escape_decode
+from applier.codec.values import search_slow_escape as _search_slow_escape
 
 __all__ = ["DEFAULT_OPTIONS", "DecoderOptions", "decode_record"]
 
@@ -263,7 +278,10 @@ def decode_record(
     plan, decompress = _plan_for(options)
     kinds = plan.kinds
     loads = _loads
-    fast = fast_columns
+    decimal_match = _decimal_match
+    escape_decode = _escape_decode
+    search_slow_escape = _search_slow_escape
+    a2b = _a2b_base64
     events: list[Event] = []
     append = events.append
     for index in range(len(keys)):
@@ -293,40 +311,62 @@ def decode_record(
                 if decompress is not None and vdoc:
                     vdoc = decompress(vdoc)
                 val = loads(vdoc)
-                d = val.get("d")
-                if d is None:
+                old = val.get("d")
+                if old is None:
                     new = val["u"]
-                    p = val.get("p")
-                    if p is None:
-                        fast(new.values(), kinds)
-                        append(
-                            RowEvent(
-                                ts,
-                                scm,
-                                tbl,
-                                _INSERT,
-                                new,
-                                None,
-                                ptn,
-                                Position(topic, partition, offset, index),
-                            )
-                        )
+                    old = val.get("p")
+                    if old is None:
+                        row_kind = _INSERT
+                        cols = new.values()
                     else:
-                        fast([*new.values(), *p.values()], kinds)
-                        if p.keys() != new.keys():
-                            p = _fill_old(p, new)
-                        append(
-                            RowEvent(
-                                ts, scm, tbl, _UPDATE, new, p, ptn, Position(topic, partition, offset, index)
-                            )
-                        )
+                        row_kind = _UPDATE
+                        cols = [*new.values(), *old.values()]
                 else:
-                    fast(d.values(), kinds)
-                    append(
-                        RowEvent(
-                            ts, scm, tbl, _DELETE, None, d, ptn, Position(topic, partition, offset, index)
-                        )
-                    )
+                    row_kind = _DELETE
+                    new = None
+                    cols = old.values()
+                # values.fast_columns, inlined: keep the two identical
+                for col in cols:
+                    v = col["v"]
+                    vk = kinds[col["t"]][col["f"]]
+                    if "h" in col:
+                        if col.pop("h") is not True:
+                            raise _Slow
+                        f = col["f"]
+                        if not f & FLAG_HANDLE_KEY:
+                            col["f"] = f | FLAG_HANDLE_KEY
+                    if type(v) is vk or v is None:
+                        continue
+                    if vk is K_DECIMAL:
+                        if decimal_match(v) is None:
+                            raise _Slow
+                    elif vk is K_QUOTED:
+                        if "\\" in v:
+                            raw = v.encode()
+                            col["v"] = (
+                                escape_decode(raw)[0] if search_slow_escape(raw) is None else go_unquote(v)
+                            )
+                        else:
+                            col["v"] = v.encode()
+                    elif vk is K_BLOB:
+                        col["v"] = a2b(v, strict_mode=True)
+                    elif vk is K_TEXT:
+                        raw = a2b(v, strict_mode=True)
+                        try:
+                            col["v"] = raw.decode()
+                        except UnicodeDecodeError:
+                            col["v"] = raw
+                    elif vk is float and type(v) is int:
+                        col["v"] = float(v)
+                    elif vk is K_LEGACY:
+                        col["v"] = conv_legacy_string(v, col["f"])
+                    else:
+                        raise _Slow
+                if row_kind is _UPDATE and old.keys() != new.keys():
+                    old = _fill_old(old, new)
+                append(
+                    RowEvent(ts, scm, tbl, row_kind, new, old, ptn, Position(topic, partition, offset, index))
+                )
                 continue
             if kind is _RESOLVED:
                 append(ResolvedEvent(ts, Position(topic, partition, offset, index)))

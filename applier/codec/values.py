@@ -245,89 +245,88 @@ class _Kind:
         return f"<kind {self.name}>"
 
 
-K_STRING = _Kind("string")  # CHAR/VARCHAR: text as is, Go-unquoted when the binary flag is set
-K_LEGACY = _Kind("legacy")  # CHAR/VARCHAR as base64 (TiCDC < v4.0.5)
-K_BLOB = _Kind("blob")  # BLOB/TEXT: base64, then UTF-8 text unless binary
+K_QUOTED = _Kind("quoted")  # BINARY/VARBINARY: Go strconv.Quote body -> bytes
+K_LEGACY = _Kind("legacy")  # CHAR/VARCHAR as base64 (TiCDC < v4.0.5), binary or not
+K_BLOB = _Kind("blob")  # BLOB: base64 -> bytes
+K_TEXT = _Kind("text")  # TEXT: base64 -> str when valid UTF-8, else bytes
 K_DECIMAL = _Kind("decimal")  # exact string, checked to be a decimal literal
 
-Kinds = dict[int, Any]
-"""Type code -> the Python type its wire value has when it needs no work (int, float, str, or
-``NoneType`` for the NULL type), or one of the ``K_*`` markers. Unknown codes are absent."""
+FLAG_VALUES = 256
+"""Flags the fast path knows: f in [0, 255] (and, as Python indexes lists, [-256, -1], which have
+the same low bits). Anything else is left to the careful path."""
+
+Kinds = dict[int, list[Any]]
+"""Type code -> flags -> the Python type its wire value has when it needs no work (int, float,
+str, or ``NoneType`` for the NULL type), or one of the ``K_*`` markers.
+
+Indexing a list by ``f`` is also the fast path's check that ``f`` is an integer: a list accepts
+int (and bool, which the careful path accepts too) and raises for anything else, without
+costing a separate type check per column. Unknown type codes are absent (KeyError)."""
 
 
 def fast_kinds(*, legacy_base64_strings: bool) -> Kinds:
-    """The fast path's dispatch table for one option set."""
-    kinds: Kinds = {}
+    """The fast path's dispatch table for one option set (see :data:`Kinds`)."""
+    by_code: dict[int, tuple[Any, Any]] = {}  # code -> (kind without, kind with the binary flag)
     for code in INT_CODES:
-        kinds[code] = int
+        by_code[code] = (int, int)
     for code in FLOAT_CODES:
-        kinds[code] = float
+        by_code[code] = (float, float)
     for code in TEXTUAL_CODES:
-        kinds[code] = str
+        by_code[code] = (str, str)
     for code in STRING_CODES:
-        kinds[code] = K_LEGACY if legacy_base64_strings else K_STRING
+        by_code[code] = (K_LEGACY, K_LEGACY) if legacy_base64_strings else (str, K_QUOTED)
     for code in BLOB_CODES:
-        kinds[code] = K_BLOB
-    kinds[DECIMAL] = K_DECIMAL
-    kinds[NULL] = type(None)  # any other value of the NULL type is left to the careful path
-    return kinds
+        by_code[code] = (K_TEXT, K_BLOB)
+    by_code[DECIMAL] = (K_DECIMAL, K_DECIMAL)
+    by_code[NULL] = (type(None), type(None))  # another value of the NULL type: careful path
+    return {code: [pair[f & FLAG_BINARY] for f in range(FLAG_VALUES)] for code, pair in by_code.items()}
 
 
-_search_slow_escape = _NEEDS_SLOW_PATH.search
+search_slow_escape = _NEEDS_SLOW_PATH.search
+escape_decode = _escape_decode
+a2b_base64 = _a2b_base64
+decimal_match = _decimal_match
 
 
 def fast_columns(cols: Iterable[Any], kinds: Kinds) -> None:
     """Normalise columns in place like :func:`normalize_row`, for the shapes current producers
     send; raise (anything) on whatever else, leaving the careful path to decide.
 
-    Per column the common case costs four dict subscripts, one membership test and two type
-    identity checks: the value's type is compared with the one its type code expects, and ``f``
-    must be an exact int (the careful path accepts more, so any doubt just takes the slow road).
+    The decoder inlines this loop (a call per row image costs as much as two columns); this
+    function is the same loop, for tests and for readers. Keep the two identical.
     """
-    a2b = _a2b_base64
-    decimal_match = _decimal_match
     for col in cols:
         v = col["v"]
-        k = kinds[col["t"]]
-        f = col["f"]
+        k = kinds[col["t"]][col["f"]]
         if "h" in col:
             if col.pop("h") is not True:
                 raise LookupError("h is not true")
+            f = col["f"]
             if not f & FLAG_HANDLE_KEY:
-                f |= FLAG_HANDLE_KEY
-                col["f"] = f
-        if type(f) is not int:
-            raise TypeError("f is not an int")
+                col["f"] = f | FLAG_HANDLE_KEY
         if type(v) is k or v is None:
             continue
-        if k is K_STRING:
-            if type(v) is not str:
-                raise TypeError("not a string")
-            if f & FLAG_BINARY:
-                if "\\" not in v:
-                    col["v"] = v.encode()
-                else:
-                    raw = v.encode()
-                    if _search_slow_escape(raw) is None:
-                        col["v"] = _escape_decode(raw)[0]
-                    else:
-                        col["v"] = go_unquote(v)
-        elif k is K_BLOB:
-            raw = a2b(v, strict_mode=True)
-            if f & FLAG_BINARY:
-                col["v"] = raw
-            else:
-                try:
-                    col["v"] = raw.decode()
-                except UnicodeDecodeError:
-                    col["v"] = raw
-        elif k is K_DECIMAL:
-            if type(v) is not str or decimal_match(v) is None:
+        if k is K_DECIMAL:
+            if decimal_match(v) is None:
                 raise ValueError("not a decimal")
+        elif k is K_QUOTED:
+            if "\\" in v:
+                raw = v.encode()
+                col["v"] = escape_decode(raw)[0] if search_slow_escape(raw) is None else go_unquote(v)
+            else:
+                col["v"] = v.encode()
+        elif k is K_BLOB:
+            col["v"] = a2b_base64(v, strict_mode=True)
+        elif k is K_TEXT:
+            raw = a2b_base64(v, strict_mode=True)
+            try:
+                col["v"] = raw.decode()
+            except UnicodeDecodeError:
+                col["v"] = raw
         elif k is float and type(v) is int:
             col["v"] = float(v)
         elif k is K_LEGACY:
-            col["v"] = conv_legacy_string(v, f)
+            col["v"] = conv_legacy_string(v, col["f"])
         else:
             raise TypeError("unexpected value type")
 

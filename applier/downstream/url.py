@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import quote, unquote, urlsplit
 
+from applier.redact import redact_url
+
 ENV_PASSWORD: Final = "APPLIER_DOWNSTREAM_PASSWORD"
 ENV_PASSWORD_FILE: Final = "APPLIER_DOWNSTREAM_PASSWORD_FILE"
 
@@ -170,21 +172,8 @@ class DownstreamConfig:
         return self.redacted()
 
 
-def redact_url_text(text: str) -> str:
-    """Mask the password in URL-like text that may not even parse (for messages about bad URLs).
-
-    Conservative on purpose: everything from the first ':' after ``scheme://`` up to the LAST '@'
-    is masked, because an unencoded password may contain '@', '/', '?' or '#' and then no URL
-    parser agrees where it ends. It can over-mask an odd URL; it never under-masks.
-    """
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        return text
-    at = rest.rfind("@")
-    colon = rest.find(":")
-    if at < 0 or colon < 0 or colon > at:
-        return text
-    return f"{scheme}://{rest[:colon]}:***{rest[at:]}"
+redact_url_text = redact_url
+"""Kept under this name for the downstream modules; see :func:`applier.redact.redact_url`."""
 
 
 def _parse_query(query: str, shown: str) -> dict[str, str]:

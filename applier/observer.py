@@ -1,0 +1,72 @@
+"""What the daemon tells the outside world while it runs: metrics, systemd, health.
+
+The daemon calls these hooks at a few well-defined points and knows nothing about who listens;
+metrics (Prometheus), the systemd notifier and the health endpoints each implement the subset
+they need. Hooks run on the daemon's thread, so they must be cheap and must never raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from applier.barrier import Barrier
+    from applier.kafka.reader import PartitionReader
+    from applier.window import Window
+
+
+class Observer:
+    """Base class with no-op hooks; subclasses override what they need."""
+
+    def on_state(self, state: str) -> None:
+        """``starting`` | ``standby`` | ``active`` | ``stopping`` | ``failed``."""
+
+    def on_ready(self) -> None:
+        """Broker and database answer, the checkpoint is loaded, partitions are assigned."""
+
+    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
+        """A window was committed; ``rows`` counts row operations by (schema, table, op)."""
+
+    def on_retry(self, error: BaseException) -> None:
+        """A transient downstream error: the transaction will be replayed."""
+
+    def on_error(self, kind: str) -> None:
+        """A fatal error of this kind (e.g. ``ApplyError``, ``MalformedRecordError``) stops the daemon."""
+
+    def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:
+        """Once per loop iteration; ``progressed`` when records were read or windows applied."""
+
+
+class Observers(Observer):
+    """Fan-out to several observers; one failing observer never disturbs the daemon."""
+
+    def __init__(self, observers: Sequence[Observer] = ()) -> None:
+        self._observers = list(observers)
+
+    def add(self, observer: Observer) -> None:
+        self._observers.append(observer)
+
+    def _call(self, name: str, *args: Any) -> None:
+        for obs in self._observers:
+            with contextlib.suppress(Exception):  # an observer must never take the daemon down
+                getattr(obs, name)(*args)
+
+    def on_state(self, state: str) -> None:
+        self._call("on_state", state)
+
+    def on_ready(self) -> None:
+        self._call("on_ready")
+
+    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
+        self._call("on_window", window, seconds, rows)
+
+    def on_retry(self, error: BaseException) -> None:
+        self._call("on_retry", error)
+
+    def on_error(self, kind: str) -> None:
+        self._call("on_error", kind)
+
+    def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:
+        self._call("on_tick", barrier, reader, progressed)
