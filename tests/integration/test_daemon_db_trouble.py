@@ -1,0 +1,93 @@
+"""Database trouble mid-stream: connections killed with KILL, a row lock held by another session.
+
+Both must be ridden out by the retry rules (reconnect, replay the whole transaction from memory)
+and the stream must still converge to the model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pymysql
+import pytest
+
+from applier.downstream.lock import lock_name
+from applier.simulator import StreamConfig, produce_simulation, simulate
+from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
+    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
+    cf.upstream = f"up_{uuid.uuid4().hex[:10]}"  # type: ignore[attr-defined]
+    yield cf
+    cf.drop(cf.upstream)  # type: ignore[attr-defined]
+
+
+def _apply_connections(admin: pymysql.connections.Connection, feed: Changefeed) -> list[int]:
+    """Ids of the daemon's apply connections: every client session but ours and the lock holder's."""
+    with admin.cursor() as cur:
+        cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(feed.checkpoint_schema, feed.group_id),))
+        holder = cur.fetchone()[0]
+        cur.execute(
+            "SELECT id FROM information_schema.processlist WHERE id <> CONNECTION_ID() "
+            "AND command <> 'Daemon' AND user NOT IN ('system user', 'event_scheduler')"
+        )
+        return [int(r[0]) for r in cur.fetchall() if r[0] != holder]
+
+
+def test_killed_connections_and_a_held_lock_are_ridden_out(feed: Changefeed) -> None:
+    schema = feed.upstream  # type: ignore[attr-defined]
+    sim = simulate(StreamConfig(seed=41, partitions=4, transactions=1500, schema=schema))
+    produce_simulation(feed.bootstrap, feed.topic, sim)
+    feed.extra_args += ["--max-txn-rows", "10"]
+    admin = feed.connect()
+    with admin.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.innodb_lock_wait_timeout")
+        old_timeout = cur.fetchone()[0]
+        # New sessions (the daemon's) give up waiting for a row lock after 1 s: error 1205.
+        cur.execute("SET GLOBAL innodb_lock_wait_timeout = 1")
+    proc = feed.start()
+    try:
+        wait_for_output(proc, "window applied", timeout=60)
+        # 1. KILL the apply connection a few times while it works.
+        killed = 0
+        for _ in range(4):
+            for conn_id in _apply_connections(admin, feed):
+                with admin.cursor() as cur:
+                    try:
+                        cur.execute(f"KILL {conn_id}")
+                        killed += 1
+                    except pymysql.err.OperationalError:
+                        pass  # already gone
+            time.sleep(0.4)
+        assert killed >= 1
+        # 2. Hold row locks on a table the stream writes, longer than the lock wait timeout.
+        holder = feed.connect()
+        holder.autocommit(False)
+        with holder.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT * FROM `{schema}`.`composite` FOR UPDATE")
+        release = threading.Timer(4.0, holder.rollback)
+        release.start()
+        release.join()
+        holder.close()
+        wait_for_output(proc, "transient downstream error", timeout=5)
+        assert proc.poll() is None, "the daemon died instead of riding the trouble out:\n" + read_log(proc)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"SET GLOBAL innodb_lock_wait_timeout = {int(old_timeout)}")
+        admin.close()
+        stop(proc)
+    log = read_log(proc)
+    assert "code=1205" in log, "the held lock was never hit: " + log[-3000:]
+    assert "fatal" not in log
+    done = feed.run_to_end()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.compare(sim, sim.final_resolved_ts) == []
