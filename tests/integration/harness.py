@@ -31,6 +31,13 @@ class Changefeed:
     group_id: str = field(default_factory=lambda: f"cf_{uuid.uuid4().hex[:10]}")
     checkpoint_schema: str = field(default_factory=lambda: f"ckpt_{uuid.uuid4().hex[:10]}")
     extra_args: list[str] = field(default_factory=list)
+    schemas: list[str] = field(default_factory=list)  # upstream schemas to drop at the end
+
+    def new_schema(self, prefix: str = "up") -> str:
+        """A fresh upstream schema name, dropped with the changefeed's other schemas."""
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        self.schemas.append(name)
+        return name
 
     def args(self, *more: str) -> list[str]:
         return [
@@ -112,11 +119,12 @@ class Changefeed:
         finally:
             conn.close()
 
-    def drop(self, *schemas: str) -> None:
+    def drop(self) -> None:
+        """Drop the checkpoint schema and every upstream schema the test used."""
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                for s in (self.checkpoint_schema, *schemas):
+                for s in (self.checkpoint_schema, *self.schemas):
                     cur.execute("DROP DATABASE IF EXISTS `" + s.replace("`", "``") + "`")
         finally:
             conn.close()

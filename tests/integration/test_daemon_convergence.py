@@ -6,9 +6,6 @@ daemon's own account of what it did.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 
 from applier.simulator import StreamConfig, produce_simulation, simulate
@@ -17,20 +14,6 @@ from tests.integration.harness import Changefeed
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
-    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
-    schemas: list[str] = []
-    cf.schemas = schemas  # type: ignore[attr-defined]
-    yield cf
-    cf.drop(*schemas)
-
-
-def _schema(cf: Changefeed) -> str:
-    name = f"up_{uuid.uuid4().hex[:10]}"
-    cf.schemas.append(name)  # type: ignore[attr-defined]
-    return name
 
 
 @pytest.mark.parametrize(
@@ -45,7 +28,7 @@ def _schema(cf: Changefeed) -> str:
     ids=["3p-index-value", "8p-only-updated", "4p-table-snappy", "5p-no-old-value", "3p-lz4-handle-deletes"],
 )
 def test_stream_converges_to_the_model(feed: Changefeed, options: dict) -> None:
-    cfg = StreamConfig(transactions=250, schema=_schema(feed), **options)
+    cfg = StreamConfig(transactions=250, schema=feed.new_schema(), **options)
     sim = simulate(cfg)
     produce_simulation(feed.bootstrap, feed.topic, sim)
     if cfg.compression:
@@ -59,7 +42,7 @@ def test_stream_converges_to_the_model(feed: Changefeed, options: dict) -> None:
 
 def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(feed: Changefeed) -> None:
     """At a quiet point the downstream equals the upstream at the global resolved ts: no row beyond it."""
-    sim = simulate(StreamConfig(seed=5, partitions=4, transactions=300, schema=_schema(feed)))
+    sim = simulate(StreamConfig(seed=5, partitions=4, transactions=300, schema=feed.new_schema()))
     cut = len(sim.records) // 2
     first, rest = sim.records[:cut], sim.records[cut:]
     # The global resolved ts of the prefix: the minimum over partitions of their last resolved ts.
@@ -86,7 +69,8 @@ def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(fee
     conn = feed.connect()
     with conn.cursor() as cur:
         cur.execute(
-            f"SELECT COUNT(*) FROM `{feed.checkpoint_schema}`.applied_ddl WHERE changefeed=%s AND commit_ts=%s",
+            f"SELECT COUNT(*) FROM `{feed.checkpoint_schema}`.applied_ddl "
+            "WHERE changefeed=%s AND commit_ts=%s",
             (feed.group_id, expected_ts + 1),
         )
         ddl_ran = cur.fetchone()[0] > 0

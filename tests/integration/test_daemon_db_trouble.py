@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 
 import pymysql
 import pytest
@@ -20,13 +18,6 @@ from tests.integration.harness import Changefeed, read_log, stop, wait_for_outpu
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
-    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
-    cf.upstream = f"up_{uuid.uuid4().hex[:10]}"  # type: ignore[attr-defined]
-    yield cf
-    cf.drop(cf.upstream)  # type: ignore[attr-defined]
 
 
 def _apply_connections(admin: pymysql.connections.Connection, feed: Changefeed) -> list[int]:
@@ -42,7 +33,7 @@ def _apply_connections(admin: pymysql.connections.Connection, feed: Changefeed) 
 
 
 def test_killed_connections_and_a_held_lock_are_ridden_out(feed: Changefeed) -> None:
-    schema = feed.upstream  # type: ignore[attr-defined]
+    schema = feed.new_schema()
     sim = simulate(StreamConfig(seed=41, partitions=4, transactions=1500, schema=schema))
     produce_simulation(feed.bootstrap, feed.topic, sim)
     feed.extra_args += ["--max-txn-rows", "10"]

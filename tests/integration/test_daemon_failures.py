@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 import signal
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,17 +14,10 @@ from tests.integration.harness import Changefeed, stop, wait_for_output
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
-    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
-    cf.upstream = f"up_{uuid.uuid4().hex[:10]}"  # type: ignore[attr-defined]
-    yield cf
-    cf.drop(cf.upstream)  # type: ignore[attr-defined]
-
 
 def test_kill_loop_converges(feed: Changefeed, tmp_path) -> None:
     """At least 10 SIGKILLs at random points of one stream, each followed by a restart."""
-    sim = simulate(StreamConfig(seed=21, partitions=4, transactions=3000, schema=feed.upstream))  # type: ignore[attr-defined]
+    sim = simulate(StreamConfig(seed=21, partitions=4, transactions=3000, schema=feed.new_schema()))
     produce_simulation(feed.bootstrap, feed.topic, sim)
     # Small transactions: many commits, so the kills land before, inside and after them.
     feed.extra_args += ["--max-txn-rows", "5"]
@@ -51,7 +42,7 @@ def test_kill_loop_converges(feed: Changefeed, tmp_path) -> None:
 
 
 def test_sigterm_exits_zero_quickly_and_restart_carries_on(feed: Changefeed) -> None:
-    sim = simulate(StreamConfig(seed=22, partitions=3, transactions=800, schema=feed.upstream))  # type: ignore[attr-defined]
+    sim = simulate(StreamConfig(seed=22, partitions=3, transactions=800, schema=feed.new_schema()))
     produce_simulation(feed.bootstrap, feed.topic, sim)
     feed.extra_args += ["--max-txn-rows", "20"]
     proc = feed.start()
@@ -69,7 +60,7 @@ def test_sigterm_exits_zero_quickly_and_restart_carries_on(feed: Changefeed) -> 
 
 
 def test_standby_takes_over_when_the_active_instance_dies(feed: Changefeed) -> None:
-    sim = simulate(StreamConfig(seed=23, partitions=3, transactions=800, schema=feed.upstream))  # type: ignore[attr-defined]
+    sim = simulate(StreamConfig(seed=23, partitions=3, transactions=800, schema=feed.new_schema()))
     produce_simulation(feed.bootstrap, feed.topic, sim)
     feed.extra_args += ["--max-txn-rows", "20"]
     first = feed.start()

@@ -11,7 +11,6 @@ import base64
 import json
 import re
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -43,13 +42,6 @@ class Rec:
 def send(cf: Changefeed, records: list[Rec]) -> None:
     produce_records(cf.bootstrap, cf.topic, records)  # type: ignore[arg-type]
 
-
-@pytest.fixture
-def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
-    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
-    cf.schemas = []  # type: ignore[attr-defined]
-    yield cf
-    cf.drop(*cf.schemas)  # type: ignore[attr-defined]
 
 
 # -- the documentation's example stream (seed 000, logs 1-14, the old form) -------------------
@@ -132,8 +124,7 @@ def _rows(cf: Changefeed, sql: str) -> list[tuple]:
 
 
 def test_documentation_example_stream(feed: Changefeed) -> None:
-    schema = f"doc_{uuid.uuid4().hex[:8]}"
-    feed.schemas.append(schema)  # type: ignore[attr-defined]
+    schema = feed.new_schema("doc")
     create_topic(feed.bootstrap, feed.topic, 2)
     send(feed, _doc_records(schema))
     done = feed.run_to_end("--legacy-base64-strings")
@@ -173,7 +164,7 @@ def _go_quote_bytes(data: bytes) -> str:
 def test_hostile_names_and_values_are_stored_exactly(feed: Changefeed) -> None:
     schema = f"we`ird sch'ema ü {uuid.uuid4().hex[:6]}"
     table = 'ta`ble "x" 表'
-    feed.schemas.append(schema)  # type: ignore[attr-defined]
+    feed.schemas.append(schema)
     cols = {
         "i`d": "BIGINT UNSIGNED NOT NULL PRIMARY KEY",
         "va l'ue": "VARCHAR(64)",
@@ -254,8 +245,7 @@ def test_hostile_names_and_values_are_stored_exactly(feed: Changefeed) -> None:
 
 
 def test_malformed_record_stops_at_its_position_after_applying_everything_before(feed: Changefeed) -> None:
-    schema = f"up_{uuid.uuid4().hex[:8]}"
-    feed.schemas.append(schema)  # type: ignore[attr-defined]
+    schema = feed.new_schema()
     sim = simulate(StreamConfig(seed=31, partitions=3, transactions=200, schema=schema))
     create_topic(feed.bootstrap, feed.topic, 3)
     cut = len(sim.records) // 2
