@@ -14,7 +14,7 @@ import sys
 import time
 
 from applier.config import resolve
-from applier.redact import redact_url
+from applier.redact import redact_text, redact_url
 
 DEFAULT_DOWNSTREAM = "mysql://root@127.0.0.1:3306/"
 DEMO_GROUP = "applier-demo"
@@ -64,16 +64,18 @@ def run_simulate_command(args: argparse.Namespace) -> int:
 
 def _check_downstream(url: str) -> str | None:
     """None when the database answers, else the message to print."""
+    from applier.downstream.errors import DownstreamConnectError
     from applier.downstream.session import close_quietly, connect
     from applier.downstream.url import DownstreamConfig
 
     try:
         close_quietly(connect(DownstreamConfig.from_url(url)))
-    except Exception as exc:  # any failure here is reported the same way, without a traceback
+    except DownstreamConnectError as exc:  # its message names the URL (redacted) and the settings
+        return str(exc)
+    except Exception as exc:  # anything else is reported the same way, without a traceback
         return (
-            f"cannot reach the downstream database at {redact_url(url)}: {exc}\n"
-            "Start MariaDB/MySQL there, or point the demo elsewhere with --downstream URL or "
-            "APPLIER_DOWNSTREAM=mysql://USER[:PASSWORD]@HOST:PORT/"
+            f"cannot use the downstream database at {redact_url(url)}: {redact_text(str(exc))}; "
+            "point the demo elsewhere with --downstream URL or APPLIER_DOWNSTREAM=mysql://USER[:PASSWORD]@HOST:PORT/"
         )
     return None
 
