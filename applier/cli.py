@@ -30,6 +30,12 @@ def _build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the streaming daemon: apply the topic to the downstream, continuously")
     add_arguments(run, "run")
 
+    catchup = sub.add_parser(
+        "catchup",
+        help="apply a large backlog from --from-ts as a Spark job, then hand over to `run` (needs [spark])",
+    )
+    add_arguments(catchup, "catchup")
+
     decode = sub.add_parser(
         "decode", help="read a topic to its end and print a summary of the decoded events"
     )
@@ -65,6 +71,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "check", help="validate and print the effective configuration of `run`, secrets masked"
     )
     add_arguments(check, "run")
+
+    status = sub.add_parser(
+        "status",
+        help="print a changefeed's checkpoint (per-table ts, partition offsets, lag) from the database",
+    )
+    add_arguments(status, "status")
+    status.add_argument("--json", action="store_true", help="print a JSON document (for scripts)")
     return parser
 
 
@@ -95,6 +108,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from applier.daemon import run_daemon
 
         return run_daemon(resolve("run", flags))
+    if args.command == "catchup":
+        from applier.catchup.command import run_catchup_command
+
+        return run_catchup_command(resolve("catchup", flags))
     if args.command == "decode":
         from applier.summary import run_decode
 
@@ -109,13 +126,32 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_demo(args)
     if args.command == "config":
         return _config_check(resolve("run", flags))
+    if args.command == "status":
+        from applier.status import run_status
+
+        return run_status(resolve("status", flags), as_json=args.json)
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
 
 
 def _config_check(cfg) -> int:
     import json
 
-    print(json.dumps({"effective": cfg.masked(), "sources": cfg.sources}, indent=2, sort_keys=True))
+    from applier.downstream.url import DownstreamConfigError
+    from applier.downstream_settings import downstream_config, password_source
+    from applier.redact import redact_text
+
+    try:  # the URL, TLS options and password file are checked as `run` will use them
+        downstream = downstream_config(cfg)
+    except DownstreamConfigError as exc:
+        print(f"applier: configuration error: {redact_text(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    doc = {
+        "effective": cfg.masked(),
+        "sources": cfg.sources,
+        "downstream_effective": downstream.redacted(),
+        "downstream_password": password_source(cfg, downstream),
+    }
+    print(json.dumps(doc, indent=2, sort_keys=True))
     return EXIT_OK
 
 

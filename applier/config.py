@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from applier.downstream.url import SSL_MODES
+
 
 class ConfigError(ValueError):
     """A setting is missing, unknown or has a bad value; the message names it."""
@@ -37,14 +39,20 @@ def _parse_size(text: str) -> int:
         if s.endswith(suffix):
             s, mult = s[:-1], m
             break
-    value = int(s) * mult
+    try:
+        value = int(s) * mult
+    except ValueError:
+        raise ValueError("expected a positive number of bytes, optionally with K, M or G (512M)") from None
     if value <= 0:
         raise ValueError("must be positive")
     return value
 
 
 def _parse_positive_int(text: str) -> int:
-    value = int(str(text).strip())
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError("expected a positive integer") from None
     if value <= 0:
         raise ValueError("must be a positive integer")
     return value
@@ -60,6 +68,43 @@ def _parse_kv_list(items: Iterable[str] | Mapping[str, Any]) -> dict[str, str]:
             raise ValueError(f"{item!r} is not key=value")
         out[key.strip()] = value
     return out
+
+
+def _parse_listen(text: str) -> str:
+    """``HOST:PORT`` (``[v6]:PORT``, ``:PORT`` for every address) or ``off``; returned normalised."""
+    s = str(text).strip()
+    if s.lower() in ("off", "none", "disabled", "false", "no"):
+        return "off"
+    host, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError("expected HOST:PORT (port 0-65535) or off")
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        raise ValueError("an IPv6 host must be in brackets: [::1]:9400")
+    return f"{host}:{int(port)}"
+
+
+def _parse_readable_file(text: str) -> str:
+    """A path the process can read now: a typo in a certificate path should fail at start, by name."""
+    path = str(text).strip()
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def _parse_tso(text: str) -> int:
+    """A TSO integer or an ISO-8601 time, as a TSO (applier.catchup.tso: no pyspark import)."""
+    from applier.catchup.tso import parse_ts
+
+    return parse_ts(text)
+
+
+def _parse_until(text: str) -> int | None:
+    from applier.catchup.tso import parse_until
+
+    return parse_until(text)
 
 
 @dataclass(frozen=True)
@@ -132,6 +177,38 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("downstream_password_file", "file holding the downstream password (first line)", commands=_BOTH),
     Setting(
+        "downstream_ssl_mode",
+        "TLS to the database, as the MySQL client's --ssl-mode (default: the URL's ssl_mode, else "
+        "verify_ca when a CA is given, else preferred)",
+        choices=SSL_MODES,
+        commands=_BOTH,
+    ),
+    Setting(
+        "downstream_ssl_ca",
+        "PEM file of the CA that signed the database's certificate",
+        parse=_parse_readable_file,
+        commands=_BOTH,
+    ),
+    Setting(
+        "downstream_ssl_cert",
+        "PEM client certificate (for REQUIRE X509 users)",
+        parse=_parse_readable_file,
+        commands=_BOTH,
+    ),
+    Setting(
+        "downstream_ssl_key",
+        "PEM private key of the client certificate",
+        parse=_parse_readable_file,
+        commands=_BOTH,
+    ),
+    Setting(
+        "downstream_ssl_verify_identity",
+        "check that the database's certificate names the host connected to (ssl_mode verify_identity)",
+        default=False,
+        flag_kind="bool",
+        commands=_BOTH,
+    ),
+    Setting(
         "checkpoint_schema", "database holding the checkpoint tables", default="ticdc_applier", commands=_BOTH
     ),
     Setting(
@@ -195,6 +272,19 @@ SETTINGS: tuple[Setting, ...] = (
         flag_kind="bool",
     ),
     Setting(
+        "http_listen",
+        "HOST:PORT serving /metrics, /healthz and /readyz, or off",
+        default="127.0.0.1:9400",
+        parse=_parse_listen,
+    ),
+    Setting(
+        "stall_seconds",
+        "not ready (and no systemd watchdog ping) when nothing was read or applied for this long "
+        "while the topic is not read to its end",
+        default=300,
+        parse=_parse_positive_int,
+    ),
+    Setting(
         "log_format",
         "log output",
         default="console",
@@ -207,6 +297,73 @@ SETTINGS: tuple[Setting, ...] = (
         default="info",
         choices=("debug", "info", "warning", "error"),
         commands=("run", "catchup", "status", "decode"),
+    ),
+    # -- applier catchup (issue 5) --
+    Setting(
+        "from_ts",
+        "TSO the downstream was restored at (BR/Dumpling backup): a TSO integer or an ISO-8601 time "
+        "(UTC unless it names a zone); rows committed at or before it are never applied",
+        parse=_parse_tso,
+        required=True,
+        commands=("catchup",),
+    ),
+    Setting(
+        "until",
+        "end of the backlog: latest (what the topic holds when the job starts) or a TSO / ISO-8601 time",
+        default=None,
+        parse=_parse_until,
+        commands=("catchup",),
+    ),
+    Setting(
+        "spark_master",
+        "Spark master: local[*], local[N], spark://HOST:PORT, yarn, ...",
+        default="local[*]",
+        commands=("catchup",),
+    ),
+    Setting(
+        "spark_conf",
+        "Spark setting, key=value, repeatable",
+        default={},
+        flag_kind="kv",
+        commands=("catchup",),
+    ),
+    Setting(
+        "catchup_parallelism",
+        "writer tasks per epoch, each with its own database connection "
+        "(default: Spark's default parallelism)",
+        default=None,
+        parse=_parse_positive_int,
+        commands=("catchup",),
+    ),
+    Setting(
+        "catchup_split_records",
+        "largest Kafka offset range read by one Spark task",
+        default=250_000,
+        parse=_parse_positive_int,
+        commands=("catchup",),
+    ),
+    Setting(
+        "catchup_collapse_in_reader",
+        "keep only the last op per handle key already in the reading tasks (less data to cache and "
+        "shuffle; off: every op goes to the writers)",
+        default=True,
+        flag_kind="bool",
+        commands=("catchup",),
+    ),
+    Setting(
+        "catchup_retry_seconds",
+        "how long a writer keeps retrying transient database errors before the job fails",
+        default=600,
+        parse=_parse_positive_int,
+        commands=("catchup",),
+    ),
+    Setting(
+        "catchup_time_lookup_margin_seconds",
+        "start partitions without a stored offset at the first record written this many seconds before "
+        "--from-ts (broker record times, offsets_for_times); default: read them from the beginning",
+        default=None,
+        parse=_parse_positive_int,
+        commands=("catchup",),
     ),
 )
 
@@ -324,8 +481,8 @@ def resolve(
             )
         else:
             values[name], sources[name] = s.default, "default"
-    if flags.get("kafka_config") is not None and "kafka_config" in file_values:
-        # Pass-through settings merge: file first, flags override key by key.
+    if sources.get("kafka_config") in ("flag", "environment") and "kafka_config" in file_values:
+        # Pass-through settings merge: file first, then the flag or variable, key by key.
         merged = _parse_kv_list(file_values["kafka_config"])
         merged.update(values["kafka_config"])
         values["kafka_config"] = merged

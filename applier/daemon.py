@@ -9,6 +9,8 @@ is finished (or rolled back) and the process exits 0.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import signal
 import sys
 import threading
@@ -16,7 +18,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from applier.apply import ApplyError, Stopping, WindowApplier
+from applier.apply import ApplyError, PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.barrier import Barrier
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.errors import MalformedRecordError
@@ -56,6 +58,34 @@ class Daemon:
     POLL_TIMEOUT = 0.1
     LOCK_CHECK_SECONDS = 5.0
     DRAIN_SECONDS = 30.0
+    MERGE_MAX_ROWS = 25000
+    """Merge ready windows into one transaction up to about this many rows (``--max-txn-rows``
+    caps it further): big enough that commits cost nothing, small enough that the window in
+    flight and the rows read meanwhile stay well within memory, and that applying and reading
+    overlap in steps of a second or so."""
+    READ_AHEAD_ROWS = 150_000
+    """While a window is in flight, reading stops once this many rows are cached: the window in
+    flight, the one prepared after it and some slack. When applying is the bottleneck, reading
+    further would only grow memory (rows, not bytes: a decoded row costs about 2 KB of Python
+    objects whatever its size on the wire; ``--max-cached-bytes`` still bounds wide rows)."""
+    GC_THRESHOLDS = (1_000_000, 50, 100)
+    """Cyclic-GC thresholds for the loop (see ``_loop``): a young collection every million
+    allocations, older generations almost never. None of the hot-path objects (events, rows,
+    plans) form reference cycles, so reference counting frees them; the cyclic collector only
+    has rare garbage to find, and scanning the row cache over and over cost more than any other
+    single step (benchmarks/apply.py: 33k rows/s with Python's defaults, 43-47k with 50,000
+    young allocations, ~50k with a million)."""
+    AHEAD_ROWS = 16_000
+    """A partition ahead of the barrier with this many rows above the global resolved ts is
+    paused until the others catch up (see ``Barrier.partitions_far_ahead``)."""
+    HANDOFF_RECORDS = 64
+    """While decoding a batch, look every this many records whether the window in flight is done
+    (a batch of 2000 records is a few hundred milliseconds of decoding: too long for the
+    database to wait for its next window)."""
+    SWITCH_INTERVAL = 0.001
+    """``sys.setswitchinterval`` for the daemon (see ``_loop``)."""
+    _inflight: PendingApply | None = None  # the window the apply thread works on
+    _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
 
     def __init__(self, cfg: Config, observers: Sequence[Observer] = ()) -> None:
         self.cfg = cfg
@@ -208,7 +238,23 @@ class Daemon:
 
     # -- the loop ------------------------------------------------------------------------------
     def _loop(self) -> int:
+        """Read, decode and feed records; apply what the barrier releases; pace the reading.
+
+        Applying runs on a background thread, one window at a time (``_apply_ready``), so the
+        next records are read and decoded while the database works on the current window. The
+        in-flight window is always finished (committed or rolled back) before this returns or
+        raises, so nothing is left half-done and the apply connection is idle when closed.
+        """
         assert self.reader is not None and self.barrier is not None and self.applier is not None
+        # Cyclic GC: the row cache keeps millions of small containers alive, which the default
+        # thresholds rescan over and over (it was a third of the CPU time in the benchmark). The
+        # objects of start-up never become garbage: freeze them; collect the young ones rarely.
+        gc.freeze()
+        gc.set_threshold(*self.GC_THRESHOLDS)
+        # The apply thread mostly waits for the database; when an answer arrives it needs the GIL
+        # back from this (CPU-bound) thread. Python hands it over after the switch interval, once
+        # per statement: 5 ms by default, which added seconds per million rows.
+        sys.setswitchinterval(self.SWITCH_INTERVAL)
         reader, barrier, cfg = self.reader, self.barrier, self.cfg
         topic, options = cfg.topic, self.options
         next_lock_check = time.monotonic() + self.LOCK_CHECK_SECONDS
@@ -216,63 +262,102 @@ class Daemon:
         bad_input: Exception | None = None
         bad_partitions: set[int] = set()
         drain_deadline = 0.0
-        while not self._stop.is_set():
-            records = reader.poll(self.POLL_RECORDS, self.POLL_TIMEOUT)
-            for rec in records:
-                if rec.partition in bad_partitions:
-                    continue  # after a bad record: never applied (a restart stops at the same record)
-                try:
-                    events = decode_record(
-                        rec.key,
-                        rec.value,
-                        topic=topic,
-                        partition=rec.partition,
-                        offset=rec.offset,
-                        options=options,
+        self._inflight = self._prepared = None
+        try:
+            while not self._stop.is_set():
+                pending = self._inflight
+                if pending is None:
+                    records = reader.poll(self.POLL_RECORDS, self.POLL_TIMEOUT)
+                elif barrier.total_cached_rows() > self.READ_AHEAD_ROWS:
+                    # Enough is cached for the next window: let the one in flight finish first
+                    # rather than grow memory (applying is the bottleneck right now).
+                    records = []
+                    pending.wait(self.POLL_TIMEOUT)
+                else:
+                    # Read what has arrived; with nothing to read, wait for the window in flight
+                    # (not for the broker), so the next window starts as soon as it committed.
+                    records = reader.poll(self.POLL_RECORDS, 0)
+                    if not records:
+                        pending.wait(self.POLL_TIMEOUT)
+                for n, rec in enumerate(records, 1):
+                    if n % self.HANDOFF_RECORDS == 0 and self._inflight is not None and self._inflight.done():
+                        self._apply_ready()  # keep the database busy: hand it the next window now
+                    if rec.partition in bad_partitions:
+                        continue  # after a bad record: never applied (a restart stops at the same record)
+                    try:
+                        events = decode_record(
+                            rec.key,
+                            rec.value,
+                            topic=topic,
+                            partition=rec.partition,
+                            offset=rec.offset,
+                            options=options,
+                        )
+                    except MalformedRecordError as exc:
+                        bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
+                        bad_partitions.add(rec.partition)
+                        reader.pause([rec.partition])
+                        continue
+                    try:
+                        size = len(rec.value or b"") + len(rec.key or b"")
+                        barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
+                    except LargeMessageNotSupported as exc:
+                        bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
+                        bad_partitions.add(rec.partition)
+                        reader.pause([rec.partition])
+                applied = self._apply_ready()
+                self.observer.on_tick(barrier, reader, bool(records) or applied)
+                if bad_input is not None and self._drained(drain_deadline, bad_partitions):
+                    # Everything the barrier could release before the bad record is applied and
+                    # checkpointed; nothing at or after it is. A restart stops at the same record.
+                    self._apply_ready(drain=True)
+                    raise bad_input
+                now = time.monotonic()
+                if now >= next_lock_check:
+                    self.lock.ensure_held(check=True)  # type: ignore[union-attr]
+                    next_lock_check = now + self.LOCK_CHECK_SECONDS
+                # Back-pressure: stop reading the partitions that are ahead of the barrier when the
+                # cache is over --max-cached-bytes, or when one of them alone is AHEAD_ROWS ahead;
+                # the ones holding the barrier back keep being read, so it always moves.
+                ahead = barrier.partitions_far_ahead(self.AHEAD_ROWS, reader.paused)
+                to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes) | ahead
+                if to_pause - reader.paused:
+                    reader.pause(to_pause)
+                    if now - last_holdback_log > 10 and barrier.total_cached_bytes() > cfg.max_cached_bytes:
+                        self.log.warning(
+                            "row cache full: pausing partitions ahead of the barrier",
+                            cached_bytes=barrier.total_cached_bytes(),
+                            paused=sorted(reader.paused),
+                            holding_back=barrier.holding_back(),
+                            global_resolved_ts=barrier.global_resolved(),
+                        )
+                        last_holdback_log = now
+                if reader.paused:
+                    resume = barrier.partitions_to_resume(reader.paused, cfg.max_cached_bytes)
+                    reader.resume(resume - ahead - bad_partitions)
+                if (
+                    cfg.exit_when_caught_up
+                    and not records
+                    and self._inflight is None
+                    and reader.all_at_end()
+                    and barrier.next_window() is None
+                ):
+                    self.log.info(
+                        "caught up: every partition read to its end and applied",
+                        resolved_ts=barrier.applied_ts,
                     )
-                except MalformedRecordError as exc:
-                    bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
-                    bad_partitions.add(rec.partition)
-                    reader.pause([rec.partition])
-                    continue
-                try:
-                    size = len(rec.value or b"") + len(rec.key or b"")
-                    barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
-                except LargeMessageNotSupported as exc:
-                    bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
-                    bad_partitions.add(rec.partition)
-                    reader.pause([rec.partition])
-            applied = self._apply_ready()
-            self.observer.on_tick(barrier, reader, bool(records) or applied)
-            if bad_input is not None and self._drained(drain_deadline, bad_partitions):
-                # Everything the barrier could release before the bad record is applied and
-                # checkpointed; nothing at or after it is. A restart stops at the same record.
-                raise bad_input
-            now = time.monotonic()
-            if now >= next_lock_check:
-                self.lock.ensure_held(check=True)  # type: ignore[union-attr]
-                next_lock_check = now + self.LOCK_CHECK_SECONDS
-            to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes)
-            if to_pause - reader.paused:
-                reader.pause(to_pause)
-                if now - last_holdback_log > 10:
-                    self.log.warning(
-                        "row cache full: pausing partitions ahead of the barrier",
-                        cached_bytes=barrier.total_cached_bytes(),
-                        paused=sorted(reader.paused),
-                        holding_back=barrier.holding_back(),
-                        global_resolved_ts=barrier.global_resolved(),
-                    )
-                    last_holdback_log = now
-            if reader.paused:
-                resume = barrier.partitions_to_resume(reader.paused, cfg.max_cached_bytes) - bad_partitions
-                reader.resume(resume)
-            idle = not records and reader.all_at_end() and barrier.next_window() is None
-            if cfg.exit_when_caught_up and idle:
-                self.log.info(
-                    "caught up: every partition read to its end and applied", resolved_ts=barrier.applied_ts
-                )
-                return EXIT_OK
+                    return EXIT_OK
+            self._apply_ready(drain=True)  # stop requested: finish (or roll back) the window in flight
+        finally:
+            # On the way out after an error: wait for the window in flight, whatever its outcome.
+            # Its transaction either commits (with its checkpoint: a restart resumes after it) or
+            # rolls back; both are consistent. Its own error, if any, is dropped: the error that
+            # is already stopping the daemon is the one to report.
+            pending, self._inflight, self._prepared = self._inflight, None, None
+            if pending is not None:
+                with contextlib.suppress(BaseException):
+                    pending.result()
+                self.applier.deliver_notifications()
         self.log.info("stopped", resolved_ts=barrier.applied_ts)
         return EXIT_OK
 
@@ -287,29 +372,77 @@ class Daemon:
         healthy = set(self.reader.partitions) - bad
         return time.monotonic() >= deadline or healthy <= self.reader.at_end
 
-    def _apply_ready(self) -> bool:
-        """Apply every window the barrier releases now, committing group offsets after each."""
+    def _apply_ready(self, drain: bool = False) -> bool:
+        """Collect the window in flight if it is done, start the next one, prepare the one after.
+
+        A two-stage pipeline: the apply thread executes window N (``_inflight``) while this
+        thread reads records and builds the SQL of window N+1 (``_prepared``, built by the barrier
+        as if N were applied). Windows are still committed one at a time in barrier order, and a
+        window is marked applied (and the group offsets committed) only after its transaction
+        committed. ``drain=True`` waits instead: for the window in flight and then for every
+        window that can be released now (or, once a stop is requested, only for the one in flight).
+        """
         assert self.reader is not None and self.barrier is not None and self.applier is not None
         applied = False
-        while not self._stop.is_set():
-            window = self.barrier.next_window(self.cfg.max_txn_rows, merge=True)
-            if window is None:
+        max_rows = min(self.cfg.max_txn_rows, self.MERGE_MAX_ROWS)
+        while True:
+            pending = self._inflight
+            if pending is not None:
+                if not drain and not pending.done():
+                    if self._prepared is None and not self._stop.is_set():
+                        ahead = self.barrier.next_window(max_rows, merge=True, after=pending.window)
+                        if ahead is not None:
+                            self._prepared = self.applier.prepare(ahead)
+                    break
+                try:
+                    rows = pending.result()
+                finally:
+                    self._inflight = None
+                    self.applier.deliver_notifications()
+                window = pending.window
+                self.barrier.mark_applied(window)
+                self.observer.on_window(window, time.monotonic() - pending.started, rows)
+                applied = True
+                self.reader.commit({p: o for p, o in window.resume_offsets.items() if o is not None})
+            if self._stop.is_set():
+                self._prepared = None
                 break
-            started = time.monotonic()
-            rows = self.applier.apply(window)
-            self.barrier.mark_applied(window)
-            self.observer.on_window(window, time.monotonic() - started, rows)
-            applied = True
-            self.reader.commit({p: o for p, o in window.resume_offsets.items() if o is not None})
+            prepared, self._prepared = self._prepared, None
+            if prepared is None:
+                window = self.barrier.next_window(max_rows, merge=True)
+                if window is None:
+                    break
+                prepared = self.applier.prepare(window)
+            self.observer.on_apply_start(prepared.window)
+            self._inflight = self.applier.apply_async(prepared)
         return applied
 
 
 def run_daemon(cfg: Config) -> int:
+    # Operations (metrics, /healthz, /readyz, systemd notify) and the flat TLS/password settings
+    # live in their own modules; see applier/ops.py and applier/downstream_settings.py.
+    from applier.downstream_settings import downstream_config
+    from applier.http_server import HttpListenError
+    from applier.ops import Operations
+
     configure(cfg.log_format, cfg.log_level)
     try:
         daemon = Daemon(cfg)
+        daemon.downstream = downstream_config(cfg)
     except DownstreamConfigError as exc:
         print(f"applier: {redact_text(str(exc))}", file=sys.stderr)
         return 2
+    try:
+        ops = Operations(cfg)
+    except HttpListenError as exc:
+        print(f"applier: configuration error: {exc}", file=sys.stderr)
+        return 2
+    for observer in ops.observers:
+        daemon.observer.add(observer)
     daemon.install_signal_handlers()
-    return daemon.run()
+    ops.install_signal_hooks(daemon.request_stop)
+    ops.start(daemon.log)
+    try:
+        return daemon.run()
+    finally:
+        ops.close()

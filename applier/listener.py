@@ -50,14 +50,25 @@ records only hold events that the checkpoint skips; normally they are one resolv
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from applier.codec.events import DDLEvent, Event, LargeMessageEvent, Position, ResolvedEvent, Row, RowEvent
+from applier.codec.events import (
+    FLAG_HANDLE_KEY,
+    DDLEvent,
+    Event,
+    LargeMessageEvent,
+    Position,
+    ResolvedEvent,
+    Row,
+    RowEvent,
+)
 from applier.progress import DDLKey, SharedProgress, TableKey, ddl_key
-from applier.window import is_keyless
+
+_HK = FLAG_HANDLE_KEY
+_K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
 
 
 class LargeMessageNotSupported(NotImplementedError):
@@ -93,13 +104,17 @@ class ListenerStats:
     passes: int = 0  # records that went backwards and started a new pass (replays seen)
 
 
-@dataclass(slots=True)
 class _TsGroup:
-    """Kept rows of one commit ts, in arrival order."""
+    """Kept rows of one commit ts, in arrival order, and the tables they belong to."""
 
-    first_offset: int
-    rows: list[RowEvent] = field(default_factory=list)
-    nbytes: int = 0
+    __slots__ = ("first_offset", "more_tables", "nbytes", "rows", "table")
+
+    def __init__(self, first_offset: int, table: TableKey, row: RowEvent, nbytes: int) -> None:
+        self.first_offset = first_offset
+        self.table = table
+        self.rows: list[RowEvent] = [row]
+        self.nbytes = nbytes
+        self.more_tables: set[TableKey] | None = None  # other tables than ``table``, if any
 
 
 @dataclass(slots=True)
@@ -117,6 +132,29 @@ class _KeylessCounts:
     pass_no: int
     accepted: dict[Any, int] = field(default_factory=dict)
     seen_in_pass: dict[Any, int] = field(default_factory=dict)
+
+
+def _classify(ev: object) -> int:
+    """Kind of an event whose type is not exactly one of the three (subclasses), or raise."""
+    if isinstance(ev, LargeMessageEvent):
+        raise LargeMessageNotSupported(ev)
+    if isinstance(ev, RowEvent):
+        return _K_ROW
+    if isinstance(ev, ResolvedEvent):
+        return _K_RESOLVED
+    if isinstance(ev, DDLEvent):
+        return _K_DDL
+    raise TypeError(f"not a decoded event: {type(ev).__name__}")
+
+
+def _handle_key_column(row: RowEvent) -> str | None:
+    """Name of a column flagged handle key in either image of ``row``; None for a keyless row."""
+    for image in (row.new, row.old):
+        if image:
+            for name, col in image.items():
+                if col["f"] & _HK:
+                    return name
+    return None
 
 
 def _image_key(image: Row | None) -> tuple[tuple[str, Any], ...] | None:
@@ -163,6 +201,10 @@ class PartitionListener:
         # Cache of kept rows.
         self._groups: dict[int, _TsGroup] = {}  # insertion order == first_offset order
         self._ts_sorted: list[int] = []
+        # _cum[i] - _cum_base = rows cached at or below _ts_sorted[i]: lets the barrier size a
+        # window with a bisection instead of walking every cached commit ts.
+        self._cum: list[int] = []
+        self._cum_base = 0
         self._cached_bytes = 0
         self._cached_rows = 0
         self._pending: dict[DDLKey, _Pending] = {}  # arrival order == offset order
@@ -179,6 +221,9 @@ class PartitionListener:
         # Rule 5: digests of unresolved records holding keyless rows -> their highest keyless ts.
         self._keyless_records: dict[bytes, int] = {}
         self._dup_record = False
+        # Per table, a column that carried the handle-key flag in the last keyed row seen: makes
+        # the keyless test one dict probe per row (verified on every row, so DDLs cannot fool it).
+        self._hk_names: dict[TableKey, str] = {}
 
     # ------------------------------------------------------------------ read-only views
 
@@ -223,6 +268,40 @@ class PartitionListener:
         g = self._groups.get(ts)
         return 0 if g is None else len(g.rows)
 
+    def count_upto(self, ts: int) -> int:
+        """Number of cached rows with commit ts <= ``ts``."""
+        i = bisect_right(self._ts_sorted, ts)
+        return self._cum[i - 1] - self._cum_base if i else 0
+
+    def max_cached_ts_upto(self, ts: int) -> int | None:
+        """Highest cached commit ts <= ``ts``, if any."""
+        i = bisect_right(self._ts_sorted, ts)
+        return self._ts_sorted[i - 1] if i else None
+
+    def min_cached_ts(self) -> int | None:
+        return self._ts_sorted[0] if self._ts_sorted else None
+
+    def min_cached_ts_above(self, ts: int) -> int | None:
+        """Lowest cached commit ts > ``ts``, if any."""
+        i = bisect_right(self._ts_sorted, ts)
+        return self._ts_sorted[i] if i < len(self._ts_sorted) else None
+
+    def collect(self, after: int, upto: int, rows: list[RowEvent], tables: set[TableKey]) -> None:
+        """Append the cached rows with ``after < commit ts <= upto`` to ``rows`` (ascending ts,
+        arrival order within one ts) and their tables to ``tables``."""
+        ts_sorted = self._ts_sorted
+        groups = self._groups
+        extend = rows.extend
+        last: TableKey | None = None
+        for t in ts_sorted[bisect_right(ts_sorted, after) : bisect_right(ts_sorted, upto)]:
+            group = groups[t]
+            extend(group.rows)
+            if group.table is not last:  # feed() shares one tuple per run of rows: usually skipped
+                last = group.table
+                tables.add(last)
+            if group.more_tables:
+                tables.update(group.more_tables)
+
     def rows_upto(self, ts: int) -> list[RowEvent]:
         """Cached rows with commit ts <= ``ts``: ascending ts, arrival order within one ts."""
         out: list[RowEvent] = []
@@ -249,43 +328,215 @@ class PartitionListener:
         copy of an earlier record of this partition that holds keyless rows and is not yet
         resolved: a producer retry or a replay re-sending the same batch. Its keyless rows are
         dropped (rule 5 in the module docstring); without ``raw`` only rules 1-4 apply.
+
+        This is the per-event hot path of the daemon (a million events a minute), so it is written
+        as two flat loops with local variables rather than one method call per event: the first
+        validates the record and takes every decision that needs the state *before* the record
+        (does it go backwards, which rows are keyless), the second changes the state.
         """
         if self._last_offset is not None and offset <= self._last_offset:
             raise ValueError(
                 f"partition {self.partition}: offset {offset} fed after {self._last_offset}; "
                 "records must be fed once each, in offset order"
             )
-        for ev in events:
-            if isinstance(ev, LargeMessageEvent):
-                raise LargeMessageNotSupported(ev)
-            if not isinstance(ev, RowEvent | DDLEvent | ResolvedEvent):
-                raise TypeError(f"not a decoded event: {type(ev).__name__}")
-        if self._goes_backwards(events):
+        # Pass 1: nothing changes yet (a LargeMessageNotSupported leaves the state untouched).
+        # Consecutive rows of one table (the usual record) share one table tuple and its lookups.
+        kinds: list[int] = []
+        tables: list[TableKey | None] = []
+        keyless: set[int] | None = None  # indexes of keyless rows, usually none
+        keyless_top = -1  # highest commit ts of a keyless row in the record
+        backwards = False
+        res = self._pass_res
+        pass_max = self._pass_max
+        seen: dict[TableKey, int] = {}
+        hk_names = self._hk_names
+        schema = name = hk = top = None
+        table: TableKey | None = None
+        for i, ev in enumerate(events):
+            tp = type(ev)
+            if tp is RowEvent:
+                kind = _K_ROW
+            elif tp is ResolvedEvent:
+                kind = _K_RESOLVED
+            elif tp is DDLEvent:
+                kind = _K_DDL
+            else:
+                kind = _classify(ev)
+            kinds.append(kind)
+            if kind == _K_ROW:
+                ts = ev.commit_ts  # type: ignore[union-attr]
+                if ev.table != name or ev.schema != schema:  # type: ignore[union-attr]
+                    if table is not None and top is not None:
+                        seen[table] = top
+                    schema, name = ev.schema, ev.table  # type: ignore[union-attr]
+                    table = (schema, name)  # type: ignore[assignment]
+                    hk = hk_names.get(table)  # type: ignore[arg-type]
+                    top = seen.get(table)  # type: ignore[arg-type]
+                    if top is None:
+                        top = pass_max.get(table)  # type: ignore[arg-type]
+                tables.append(table)
+                # Keyless? One dict probe when the column that carried the handle-key flag last time
+                # still carries it (exact: the flag is in this very image); a full scan otherwise.
+                img = ev.new if ev.new is not None else ev.old  # type: ignore[union-attr]
+                col = img.get(hk) if (hk is not None and img is not None) else None
+                if col is None or not col["f"] & _HK:
+                    found = _handle_key_column(ev)  # type: ignore[arg-type]
+                    if found is None:
+                        if keyless is None:
+                            keyless = set()
+                        keyless.add(i)
+                        if ts > keyless_top:
+                            keyless_top = ts
+                    else:
+                        hk = hk_names[table] = found  # type: ignore[index]
+                if not backwards:
+                    if (res is not None and ts <= res) or (top is not None and ts < top):
+                        backwards = True
+                    elif top is None or ts > top:
+                        top = ts
+            else:
+                tables.append(None)
+                if not backwards:
+                    ts = ev.ts if kind == _K_RESOLVED else ev.commit_ts - 1  # type: ignore[union-attr]
+                    if res is not None and ts < res:
+                        backwards = True
+                    elif res is None or ts > res:
+                        res = ts
+        if backwards:
             self._pass_no += 1
             self._pass_res = None
             self._pass_max = {}
             self._pass_starts.append((offset, self._pass_no))
             self.stats.passes += 1
-        self._dup_record = raw is not None and self._seen_keyless_record(raw, events)
+        self._dup_record = (
+            raw is not None and keyless_top >= 0 and self._seen_keyless_record(raw, keyless_top)
+        )
+
+        # Pass 2: apply the record to the state, event by event. Per run of rows of one table the
+        # table's maxima live in local variables and are written back once (_end_run).
         n = len(events)
         share, extra = divmod(max(record_bytes, 0), n) if n else (0, 0)
+        progress = self._progress
+        applied = progress.applied_ts
+        table_ts = progress.table_ts
+        pass_max = self._pass_max
+        max_seen = self._max_seen
+        groups = self._groups
+        ts_sorted = self._ts_sorted
+        cum = self._cum
+        kept = skipped = replayed = kept_bytes = 0
+        run: TableKey | None = None  # table of the current run of rows
+        top = seen_max = None
+        top_changed = False
+        threshold = applied
         for i, ev in enumerate(events):
-            if isinstance(ev, RowEvent):
-                self._on_row(offset, ev, share + (1 if i < extra else 0))
-            elif isinstance(ev, ResolvedEvent):
-                self._on_resolved(offset, ev.ts)
+            kind = kinds[i]
+            if kind != _K_ROW:
+                if run is not None:
+                    self._end_run(offset, run, top, top_changed, seen_max)
+                    run = None
+                if kind == _K_RESOLVED:
+                    self._on_resolved(offset, ev.ts)  # type: ignore[union-attr]
+                else:
+                    self._on_ddl(offset, ev)  # type: ignore[arg-type]
+                continue
+            table = tables[i]
+            if table is not run:
+                if run is not None:
+                    self._end_run(offset, run, top, top_changed, seen_max)
+                run = table
+                top = pass_max.get(table)  # type: ignore[arg-type]
+                top_changed = False
+                seen_max = max_seen.get(table)  # type: ignore[arg-type]
+                threshold = applied
+                if table_ts:
+                    floor = table_ts.get(table)  # type: ignore[arg-type]
+                    if floor is not None and floor > applied:
+                        threshold = floor
+            ts = ev.commit_ts  # type: ignore[union-attr]
+            if top is None or ts > top:
+                top = ts
+                top_changed = True
+            prev_max = seen_max
+            if seen_max is None or ts > seen_max:
+                seen_max = ts
+            if ts <= threshold:
+                skipped += 1
+                continue
+            obs = self._obs
+            if (
+                (obs is not None and ts <= obs)
+                or (prev_max is not None and ts < prev_max)
+                or (
+                    keyless is not None
+                    and i in keyless
+                    and (self._dup_record or not self._accept_keyless(table, ev))  # type: ignore[arg-type]
+                )
+            ):
+                replayed += 1
+                continue
+            nbytes = share + 1 if i < extra else share
+            group = groups.get(ts)
+            if group is None:
+                groups[ts] = _TsGroup(offset, table, ev, nbytes)  # type: ignore[arg-type]
+                if ts_sorted and ts < ts_sorted[-1]:
+                    self._insert_ts(ts)
+                else:
+                    ts_sorted.append(ts)
+                    cum.append(cum[-1] if cum else self._cum_base)
             else:
-                self._on_ddl(offset, ev)
+                group.rows.append(ev)  # type: ignore[arg-type]
+                group.nbytes += nbytes
+                if table != group.table:
+                    if group.more_tables is None:
+                        group.more_tables = set()
+                    group.more_tables.add(table)  # type: ignore[arg-type]
+            if ts == ts_sorted[-1]:
+                cum[-1] += 1
+            else:
+                self._count_row_below_top(ts)
+            kept += 1
+            kept_bytes += nbytes
+        if run is not None:
+            self._end_run(offset, run, top, top_changed, seen_max)
+        self._cached_bytes += kept_bytes
+        self._cached_rows += kept
+        stats = self.stats
+        stats.rows_kept += kept
+        stats.rows_skipped += skipped
+        stats.rows_replayed += replayed
         self._last_offset = offset
 
-    def _seen_keyless_record(self, raw: tuple[bytes | None, bytes | None], events: Sequence[Event]) -> bool:
-        """Rule 5: is this a byte-identical copy of an unresolved record holding keyless rows?"""
-        top = -1
-        for ev in events:
-            if isinstance(ev, RowEvent) and ev.commit_ts > top and is_keyless(ev):
-                top = ev.commit_ts
-        if top < 0:
-            return False
+    def _end_run(
+        self, offset: int, table: TableKey, top: int | None, top_changed: bool, seen_max: int | None
+    ) -> None:
+        """Write back the maxima of a run of rows of ``table`` kept in local variables by feed()."""
+        if top_changed:
+            self._pass_max[table] = top  # type: ignore[assignment]
+            log = self._max_logs.get(table)
+            if log is None:
+                log = self._max_logs[table] = []
+            _append_log(log, offset, self._pass_no, top)  # type: ignore[arg-type]
+        if seen_max is not None:
+            self._max_seen[table] = seen_max
+
+    def _insert_ts(self, ts: int) -> None:
+        """A new commit ts below the highest cached one (rare: tables out of step in a partition)."""
+        i = bisect_left(self._ts_sorted, ts)
+        self._ts_sorted.insert(i, ts)
+        self._cum.insert(i, self._cum[i - 1] if i else self._cum_base)
+
+    def _count_row_below_top(self, ts: int) -> None:
+        """One more row at a cached ts that is not the highest: shift the cumulative counts."""
+        cum = self._cum
+        for j in range(bisect_left(self._ts_sorted, ts), len(cum)):
+            cum[j] += 1
+
+    def _seen_keyless_record(self, raw: tuple[bytes | None, bytes | None], top: int) -> bool:
+        """Rule 5: is this a byte-identical copy of an unresolved record holding keyless rows?
+
+        ``top`` is the highest commit ts of the record's keyless rows.
+        """
         h = hashlib.blake2b(raw[0] or b"", digest_size=16)
         h.update(b"\x00")
         h.update(raw[1] or b"")
@@ -293,29 +544,6 @@ class PartitionListener:
         if digest in self._keyless_records:
             return True
         self._keyless_records[digest] = top
-        return False
-
-    def _goes_backwards(self, events: Sequence[Event]) -> bool:
-        """Does this record go backwards against the current pass (starting a new one)?"""
-        res = self._pass_res
-        seen: dict[TableKey, int] = {}
-        for ev in events:
-            if isinstance(ev, RowEvent):
-                ts = ev.commit_ts
-                table = (ev.schema, ev.table)
-                top = seen.get(table)
-                if top is None:
-                    top = self._pass_max.get(table)
-                if (res is not None and ts <= res) or (top is not None and ts < top):
-                    return True
-                if top is None or ts > top:
-                    seen[table] = ts
-            else:
-                ts = ev.ts if isinstance(ev, ResolvedEvent) else ev.commit_ts - 1
-                if res is not None and ts < res:
-                    return True
-                if res is None or ts > res:
-                    res = ts
         return False
 
     def _raise_resolved(self, offset: int, ts: int) -> None:
@@ -344,36 +572,6 @@ class PartitionListener:
             return
         self._pending[key] = _Pending(ddl, offset)
         self.stats.ddls_queued += 1
-
-    def _on_row(self, offset: int, row: RowEvent, nbytes: int) -> None:
-        ts = row.commit_ts
-        table = (row.schema, row.table)
-        top = self._pass_max.get(table)
-        if top is None or ts > top:
-            self._pass_max[table] = ts
-            _append_log(self._max_logs.setdefault(table, []), offset, self._pass_no, ts)
-        prev_max = self._max_seen.get(table)
-        if prev_max is None or ts > prev_max:
-            self._max_seen[table] = ts
-        if ts <= self._progress.skip_threshold(table):
-            self.stats.rows_skipped += 1
-            return
-        if (
-            (self._obs is not None and ts <= self._obs)
-            or (prev_max is not None and ts < prev_max)
-            or (is_keyless(row) and (self._dup_record or not self._accept_keyless(table, row)))
-        ):
-            self.stats.rows_replayed += 1
-            return
-        group = self._groups.get(ts)
-        if group is None:
-            group = self._groups[ts] = _TsGroup(offset)
-            insort(self._ts_sorted, ts)
-        group.rows.append(row)
-        group.nbytes += nbytes
-        self._cached_bytes += nbytes
-        self._cached_rows += 1
-        self.stats.rows_kept += 1
 
     def _accept_keyless(self, table: TableKey, row: RowEvent) -> bool:
         """Rule 4: count identical copies at the table's max ts per pass (see module docstring)."""
@@ -448,12 +646,18 @@ class PartitionListener:
     def discard_applied(self, applied_ddl: DDLKey | None = None) -> None:
         """Forget what the barrier just applied (``progress`` already updated). Barrier use only."""
         g = self._progress.applied_ts
-        cut = bisect_right(self._ts_sorted, g)
-        for ts in self._ts_sorted[:cut]:
-            group = self._groups.pop(ts)
-            self._cached_bytes -= group.nbytes
-            self._cached_rows -= len(group.rows)
-        del self._ts_sorted[:cut]
+        ts_sorted = self._ts_sorted
+        cut = bisect_right(ts_sorted, g)
+        if cut:
+            pop = self._groups.pop
+            nbytes = 0
+            for ts in ts_sorted[:cut]:
+                nbytes += pop(ts).nbytes
+            self._cached_bytes -= nbytes
+            self._cached_rows -= self._cum[cut - 1] - self._cum_base
+            self._cum_base = self._cum[cut - 1]
+            del ts_sorted[:cut]
+            del self._cum[:cut]
         for key in [k for k in self._pending if k == applied_ddl or self._progress.is_ddl_applied(k)]:
             del self._pending[key]
         for table in [t for t, c in self._keyless.items() if c.ts <= g]:

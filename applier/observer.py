@@ -26,6 +26,9 @@ class Observer:
     def on_ready(self) -> None:
         """Broker and database answer, the checkpoint is loaded, partitions are assigned."""
 
+    def on_apply_start(self, window: Window) -> None:
+        """A window is about to be applied: the loop now waits for the database (a DDL can take hours)."""
+
     def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
         """A window was committed; ``rows`` counts row operations by (schema, table, op)."""
 
@@ -58,6 +61,9 @@ class Observers(Observer):
 
     def on_ready(self) -> None:
         self._call("on_ready")
+
+    def on_apply_start(self, window: Window) -> None:
+        self._call("on_apply_start", window)
 
     def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
         self._call("on_window", window, seconds, rows)

@@ -2,10 +2,13 @@
 
 Builds a realistic in-memory mix (records of 16 row events, 10 columns of mixed types, ~30%
 updates carrying the old image), then times
-  (a) decode_record over every record, and
+  (a) decode_record over every record,
   (b) orjson.loads of every key and value JSON document of those records (the bare parse floor),
-over several repetitions, and prints the median events/s of both and their ratio. It prints,
-never asserts: the numbers depend on the machine.
+  (c) decode_record_careful, the decoder's reference path alone (what (a) does for an event its
+      fast path gives up on), for information,
+over several repetitions, interleaved so that machine noise hits all alike, and prints the median
+events/s of each and the ratio of (b) to (a). It prints, never asserts: the numbers depend on the
+machine. The garbage collector is left as it is in production (enabled).
 
 Run: .venv/bin/python benchmarks/decode.py [--records N] [--repeat R]
 """
@@ -19,10 +22,12 @@ import random
 import statistics
 import struct
 import time
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
-from applier.codec.decoder import decode_record
+from applier.codec.decoder import decode_record, decode_record_careful
 
 EVENTS_PER_RECORD = 16
 _U64 = struct.Struct(">Q")
@@ -93,10 +98,10 @@ def build(records: int, seed: int = 42) -> tuple[list[tuple[bytes, bytes]], list
     return out, all_docs
 
 
-def time_decode(records: list[tuple[bytes, bytes]]) -> float:
+def time_decode(records: list[tuple[bytes, bytes]], decode: Callable[..., Any] = decode_record) -> float:
     start = time.perf_counter()
     for i, (k, v) in enumerate(records):
-        decode_record(k, v, topic="bench", partition=0, offset=i)
+        decode(k, v, topic="bench", partition=0, offset=i)
     return time.perf_counter() - start
 
 
@@ -119,12 +124,14 @@ def main() -> None:
     value_bytes = sum(len(v) for _, v in records)
     decode_record(*records[0], topic="bench", partition=0, offset=0)  # warm caches and tables
 
-    decode_times, loads_times = [], []
-    for _ in range(args.repeat):  # interleaved so machine noise hits both alike
+    decode_times, loads_times, careful_times = [], [], []
+    for _ in range(args.repeat):  # interleaved so machine noise hits all alike
         decode_times.append(time_decode(records))
         loads_times.append(time_loads(docs))
+        careful_times.append(time_decode(records, decode_record_careful))
     dec = events / statistics.median(decode_times)
     bare = events / statistics.median(loads_times)
+    careful = events / statistics.median(careful_times)
 
     impl = platform.python_implementation()
     print(f"python {platform.python_version()} ({impl}), orjson {orjson.__version__}")
@@ -135,6 +142,7 @@ def main() -> None:
     print(f"decode_record       : {dec:12,.0f} events/s")
     print(f"orjson.loads (bare) : {bare:12,.0f} events/s  ({len(docs)} documents)")
     print(f"ratio bare/decode   : {bare / dec:.2f}x")
+    print(f"careful path alone  : {careful:12,.0f} events/s  (reference path, for information)")
 
 
 if __name__ == "__main__":

@@ -107,8 +107,17 @@ def _batches(rows: Sequence[tuple[Any, ...]], types: Sequence[int], dialect: Dia
     size = 0
     for i, row in enumerate(rows):
         rsize = fixed
-        for j in var_idx:
-            rsize += _value_size(row[j])
+        for j in var_idx:  # _value_size, inlined: this runs for every row of every window
+            v = row[j]
+            t = type(v)
+            if t is str:
+                rsize += len(v)
+            elif t is bytes:
+                rsize += 2 * len(v)
+            elif v is None:
+                rsize += 4
+            else:
+                rsize += _FIXED_VALUE_BYTES
         if i > start and (i - start >= per or size + rsize > budget):
             yield range(start, i)
             start = i

@@ -1,15 +1,25 @@
 """TiCDC Open Protocol decoder: one Kafka record -> its events (open-protocol.md sections 1-4).
 
 ``decode_record`` is the applier's hot path. It frames the record, parses every key and value
-document with orjson, validates cheaply and converts column values in place (see values.py).
-Every kind of bad input surfaces as :class:`MalformedRecordError` carrying the record's position:
-helpers raise the internal ``Problem`` and one try/except around the loop converts it (and any
-unexpected exception from a missing or mistyped field) instead of pre-checking every field twice.
+document with orjson, validates and converts column values in place (see values.py). Every kind
+of bad input surfaces as :class:`MalformedRecordError` carrying the record's position.
+
+Each event is decoded by one of two paths with the same results:
+
+* the *fast path*, inlined in :func:`decode_record`, handles what current producers send (row
+  events with ``{t, f, v}`` columns, resolved events) with as few Python operations per column as
+  possible, and gives up at the first thing it does not expect, by raising anything at all;
+* the *careful path*, :func:`_careful_event`, the reference: every field checked in order, with a
+  precise reason for whatever is wrong. It decodes again, from its bytes, every event the fast
+  path gave up on (DDL and large-message events, old producers, malformed input).
+
+So the fast path never needs an error message; it only must never accept what the careful path
+rejects nor produce anything else (tests/unit/test_codec_fastpath.py feeds both the same records).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import orjson
@@ -35,11 +45,10 @@ from applier.codec.problem import Problem
 from applier.codec.values import (
     K_BLOB,
     K_DECIMAL,
-    K_LEGACY,
     K_QUOTED,
     K_TEXT,
     ValuePlan,
-    conv_legacy_string,
+    fast_kinds,
     go_unquote,
     normalize_row,
 )
@@ -70,14 +79,36 @@ class DecoderOptions:
 
 DEFAULT_OPTIONS = DecoderOptions()
 
-# Events are built with positional arguments (about twice as fast as keywords for these
-# slotted dataclasses); the argument order is the field order of the contract in events.py.
+# The careful path builds events with positional arguments (about twice as fast as keywords for
+# these slotted dataclasses); the argument order is the field order of the contract in events.py.
 _loads = orjson.loads
 _INSERT, _UPDATE, _DELETE = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
 # The fast path compares the key's kind by identity: CPython keeps one object per small int, so
 # an int 1 from the parser *is* KIND_ROW; anything else (true, 1.0) just takes the careful path.
 _ROW, _RESOLVED = KIND_ROW, KIND_RESOLVED
+_KINDS = fast_kinds()
 _plans: dict[DecoderOptions, tuple[ValuePlan, Decompressor | None]] = {}
+
+# The fast path builds Position and RowEvent objects without calling their __init__
+# (object.__new__ and one slot store per field: two thirds of the cost of the dataclass call).
+# That is the same object only while __init__ does nothing else; should events.py change these
+# classes, importing the decoder fails instead of building incomplete events.
+_new = object.__new__
+_POSITION_FIELDS = ("topic", "partition", "offset", "index")
+_ROW_EVENT_FIELDS = ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos")
+
+
+def _check_event_layout() -> None:
+    for cls, names in ((Position, _POSITION_FIELDS), (RowEvent, _ROW_EVENT_FIELDS)):
+        if (
+            tuple(f.name for f in fields(cls)) != names
+            or getattr(cls, "__slots__", None) != names
+            or hasattr(cls, "__post_init__")
+        ):
+            raise RuntimeError(f"{cls.__name__} changed: update decode_record's fast path")
+
+
+_check_event_layout()
 
 
 def _plan_for(options: DecoderOptions) -> tuple[ValuePlan, Decompressor | None]:
@@ -254,6 +285,39 @@ def _split(key: Any, value: Any, topic: str, partition: int, offset: int) -> tup
         raise _malformed(f"{type(e).__name__}: {e}", key, topic, partition, offset, -1) from None
 
 
+class _Slow(Exception):
+    """The fast path's "not sure": the event goes to the careful path."""
+
+
+def decode_record_careful(
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    options: DecoderOptions = DEFAULT_OPTIONS,
+) -> list[Event]:
+    """:func:`decode_record` without its fast path: every event by :func:`_careful_event`.
+
+    The reference the fast path is tested against (same results, same errors); not for
+    production use, it is slower.
+    """
+    keys, values = _split(key, value, topic, partition, offset)
+    plan, decompress = _plan_for(options)
+    events: list[Event] = []
+    for index in range(len(keys)):
+        try:
+            events.append(
+                _careful_event(
+                    keys[index], values[index], plan, decompress, Position(topic, partition, offset, index)
+                )
+            )
+        except _EventError as e:
+            raise _malformed(e.reason, e.excerpt, topic, partition, offset, index) from e.__cause__
+    return events
+
+
 def decode_record(
     key: bytes | None,
     value: bytes | None,
@@ -267,17 +331,17 @@ def decode_record(
 
     Raises MalformedRecordError for any input that is not valid Open Protocol; its ``index`` is
     the event's index in the record, or -1 when the framing itself is broken.
-
-    Each event first takes the fast path, written for what current producers send: ordinary
-    row events (``{ts, scm, tbl, t: 1}`` keys, current column shapes) and resolved events. It
-    checks as it goes and, at the first thing it does not expect, the event is decoded again from
-    its bytes by :func:`_careful_event`, the reference, which accepts or explains. The fast path
-    never accepts what the careful one rejects (tests/unit/test_codec_fastpath.py compares them).
     """
+    if options.legacy_base64_strings:
+        # Producers older than v4.0.5 send no column flags, which the fast path always gives up on.
+        return decode_record_careful(
+            key, value, topic=topic, partition=partition, offset=offset, options=options
+        )
     keys, values = _split(key, value, topic, partition, offset)
     plan, decompress = _plan_for(options)
-    kinds = plan.kinds
+    kinds = _KINDS
     loads = _loads
+    new_object = _new
     decimal_match = _decimal_match
     escape_decode = _escape_decode
     search_slow_escape = _search_slow_escape
@@ -286,6 +350,7 @@ def decode_record(
     append = events.append
     for index in range(len(keys)):
         kdoc = keys[index]
+        # --- the fast path: any exception, or _Slow, sends the event to the careful path --------
         try:
             k = loads(kdoc)
             ts = k["ts"]
@@ -293,7 +358,7 @@ def decode_record(
             if type(ts) is not int or ts < 0:
                 raise _Slow
             if kind is _ROW:
-                if len(k) == 4:
+                if len(k) == 4:  # the four fields TiCDC always sends, and nothing else
                     scm = k["scm"]
                     tbl = k["tbl"]
                     ptn = None
@@ -304,32 +369,36 @@ def decode_record(
                     if ptn is not None and type(ptn) is not int:
                         raise _Slow
                     if k.get("ohk") or k.get("ccl") is not None:
-                        raise _Slow  # a large message: rare, left to the careful path
+                        raise _Slow  # a large message
                 if type(scm) is not str or type(tbl) is not str:
                     raise _Slow
                 vdoc = values[index]
                 if decompress is not None and vdoc:
                     vdoc = decompress(vdoc)
                 val = loads(vdoc)
-                old = val.get("d")
-                if old is None:
+                # Membership tests rather than .get: a null u, p or d then fails on .values().
+                if "d" not in val:
                     new = val["u"]
-                    old = val.get("p")
-                    if old is None:
+                    if "p" not in val:
                         row_kind = _INSERT
+                        old = None
                         cols = new.values()
                     else:
                         row_kind = _UPDATE
+                        old = val["p"]
                         cols = [*new.values(), *old.values()]
                 else:
                     row_kind = _DELETE
                     new = None
+                    old = val["d"]
                     cols = old.values()
-                # values.fast_columns, inlined: keep the two identical
+                # Every column of both images, normalised in place like values.normalize_row does
+                # (see values.Kinds). The common column costs four subscripts, one membership
+                # test and one type identity check.
                 for col in cols:
                     v = col["v"]
                     vk = kinds[col["t"]][col["f"]]
-                    if "h" in col:
+                    if "h" in col:  # current TiCDC: "h": true on handle-key columns
                         if col.pop("h") is not True:
                             raise _Slow
                         f = col["f"]
@@ -338,7 +407,9 @@ def decode_record(
                     if type(v) is vk or v is None:
                         continue
                     if vk is K_DECIMAL:
-                        if decimal_match(v) is None:
+                        # [0-9]*.?[0-9]* with a digit (isdigit is exact on ASCII) costs less
+                        # than the regex, which decides everything else
+                        if not (v.isascii() and v.replace(".", "", 1).isdigit()) and decimal_match(v) is None:
                             raise _Slow
                     elif vk is K_QUOTED:
                         if "\\" in v:
@@ -356,23 +427,34 @@ def decode_record(
                             col["v"] = raw.decode()
                         except UnicodeDecodeError:
                             col["v"] = raw
-                    elif vk is float and type(v) is int:
+                    elif vk is float and type(v) is int:  # Go writes 2.0 as 2
                         col["v"] = float(v)
-                    elif vk is K_LEGACY:
-                        col["v"] = conv_legacy_string(v, col["f"])
                     else:
                         raise _Slow
                 if row_kind is _UPDATE and old.keys() != new.keys():
                     old = _fill_old(old, new)
-                append(
-                    RowEvent(ts, scm, tbl, row_kind, new, old, ptn, Position(topic, partition, offset, index))
-                )
+                pos = new_object(Position)
+                pos.topic = topic
+                pos.partition = partition
+                pos.offset = offset
+                pos.index = index
+                event = new_object(RowEvent)
+                event.commit_ts = ts
+                event.schema = scm
+                event.table = tbl
+                event.kind = row_kind
+                event.new = new
+                event.old = old
+                event.partition_id = ptn
+                event.pos = pos
+                append(event)
                 continue
             if kind is _RESOLVED:
                 append(ResolvedEvent(ts, Position(topic, partition, offset, index)))
                 continue
         except Exception:
             pass
+        # --- the careful path: this event again, from its bytes --------------------------------
         try:
             append(
                 _careful_event(
@@ -382,7 +464,3 @@ def decode_record(
         except _EventError as e:
             raise _malformed(e.reason, e.excerpt, topic, partition, offset, index) from e.__cause__
     return events
-
-
-class _Slow(Exception):
-    """The fast path's "not sure": the event goes to the careful path."""

@@ -42,6 +42,37 @@ def _split(buf: bytes, start: int, what: str) -> list[bytes]:
     return docs
 
 
+_UNIFORM_MAX_DOCS = 64
+_uniform_structs: dict[tuple[int, int], struct.Struct] = {}
+
+
+def _split_uniform(buf: bytes, start: int) -> list[bytes] | None:
+    """Cut ``buf[start:]`` in one C call when its documents all have the first one's length.
+
+    That is the usual shape of a record's key: the events of a batch mostly share schema, table
+    and the digit count of their commit ts. One ``Struct`` per (length, count), cached, unpacks
+    every prefix and document at once; the buffer's size and every prefix are then checked, so
+    the result is exactly what :func:`_split` would return. Anything else returns None.
+    """
+    try:
+        (length,) = _unpack_u64(buf, start)
+    except struct.error:
+        return None
+    count, rest = divmod(len(buf) - start, 8 + length)
+    if rest or count > _UNIFORM_MAX_DOCS:
+        return None
+    layout = _uniform_structs.get((length, count))
+    if layout is None:
+        if len(_uniform_structs) >= 256:  # lengths of many tables over time: keep it bounded
+            _uniform_structs.clear()
+        layout = struct.Struct(f">{f'Q{length}s' * count}")
+        _uniform_structs[(length, count)] = layout
+    parts = layout.unpack_from(buf, start)
+    if parts[0::2].count(length) != count:
+        return None
+    return list(parts[1::2])
+
+
 def _diagnose(buf: bytes, start: int, what: str) -> Problem:
     """Explain why ``buf`` does not frame (slow path, only after _split found that it does not)."""
     pos = start
@@ -72,7 +103,7 @@ def split_record(key: bytes | None, value: bytes | None) -> tuple[list[bytes], l
     (version,) = _unpack_u64(key, 0)
     if version != PROTOCOL_VERSION:
         raise Problem(f"unsupported protocol version {version} (expected {PROTOCOL_VERSION})", key[:8])
-    keys = _split(key, 8, "key")
+    keys = _split_uniform(key, 8) or _split(key, 8, "key")
     if not keys:
         raise Problem("key holds a version but no event", key)
     if not value:

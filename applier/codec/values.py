@@ -25,7 +25,7 @@ from __future__ import annotations
 import binascii
 import codecs
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from applier.codec.events import FLAG_BINARY, FLAG_HANDLE_KEY, Row
@@ -196,7 +196,7 @@ def coerce_unknown(t: Any, v: Any) -> Any:
 class ValuePlan:
     """The per-option lookup tables of the hot loop (see module docstring)."""
 
-    __slots__ = ("convs", "kinds", "plain")
+    __slots__ = ("convs", "plain")
 
     def __init__(self, *, legacy_base64_strings: bool) -> None:
         plain: dict[int, type] = {}
@@ -218,117 +218,9 @@ class ValuePlan:
                 plain[code] = str
         self.plain = plain
         self.convs = convs
-        self.kinds = fast_kinds(legacy_base64_strings=legacy_base64_strings)
 
 
 _GO_QUOTED = frozenset(STRING_CODES)
-
-
-# --- the fast path (see applier.codec.decoder) ------------------------------------------------
-#
-# The decoder first tries every row event with :func:`fast_columns`, which handles only what
-# current producers send and gives up (raises anything) on the rest; the event is then decoded
-# again, from its bytes, by the careful path above, which either copes or explains the problem.
-# So the fast path never has to produce an error message, and never needs to be complete: it
-# only must never accept what the careful path rejects, nor produce a different value.
-
-
-class _Kind:
-    """Marker of a type code whose value needs more than a type check on the fast path."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<kind {self.name}>"
-
-
-K_QUOTED = _Kind("quoted")  # BINARY/VARBINARY: Go strconv.Quote body -> bytes
-K_LEGACY = _Kind("legacy")  # CHAR/VARCHAR as base64 (TiCDC < v4.0.5), binary or not
-K_BLOB = _Kind("blob")  # BLOB: base64 -> bytes
-K_TEXT = _Kind("text")  # TEXT: base64 -> str when valid UTF-8, else bytes
-K_DECIMAL = _Kind("decimal")  # exact string, checked to be a decimal literal
-
-FLAG_VALUES = 256
-"""Flags the fast path knows: f in [0, 255] (and, as Python indexes lists, [-256, -1], which have
-the same low bits). Anything else is left to the careful path."""
-
-Kinds = dict[int, list[Any]]
-"""Type code -> flags -> the Python type its wire value has when it needs no work (int, float,
-str, or ``NoneType`` for the NULL type), or one of the ``K_*`` markers.
-
-Indexing a list by ``f`` is also the fast path's check that ``f`` is an integer: a list accepts
-int (and bool, which the careful path accepts too) and raises for anything else, without
-costing a separate type check per column. Unknown type codes are absent (KeyError)."""
-
-
-def fast_kinds(*, legacy_base64_strings: bool) -> Kinds:
-    """The fast path's dispatch table for one option set (see :data:`Kinds`)."""
-    by_code: dict[int, tuple[Any, Any]] = {}  # code -> (kind without, kind with the binary flag)
-    for code in INT_CODES:
-        by_code[code] = (int, int)
-    for code in FLOAT_CODES:
-        by_code[code] = (float, float)
-    for code in TEXTUAL_CODES:
-        by_code[code] = (str, str)
-    for code in STRING_CODES:
-        by_code[code] = (K_LEGACY, K_LEGACY) if legacy_base64_strings else (str, K_QUOTED)
-    for code in BLOB_CODES:
-        by_code[code] = (K_TEXT, K_BLOB)
-    by_code[DECIMAL] = (K_DECIMAL, K_DECIMAL)
-    by_code[NULL] = (type(None), type(None))  # another value of the NULL type: careful path
-    return {code: [pair[f & FLAG_BINARY] for f in range(FLAG_VALUES)] for code, pair in by_code.items()}
-
-
-search_slow_escape = _NEEDS_SLOW_PATH.search
-escape_decode = _escape_decode
-a2b_base64 = _a2b_base64
-decimal_match = _decimal_match
-
-
-def fast_columns(cols: Iterable[Any], kinds: Kinds) -> None:
-    """Normalise columns in place like :func:`normalize_row`, for the shapes current producers
-    send; raise (anything) on whatever else, leaving the careful path to decide.
-
-    The decoder inlines this loop (a call per row image costs as much as two columns); this
-    function is the same loop, for tests and for readers. Keep the two identical.
-    """
-    for col in cols:
-        v = col["v"]
-        k = kinds[col["t"]][col["f"]]
-        if "h" in col:
-            if col.pop("h") is not True:
-                raise LookupError("h is not true")
-            f = col["f"]
-            if not f & FLAG_HANDLE_KEY:
-                col["f"] = f | FLAG_HANDLE_KEY
-        if type(v) is k or v is None:
-            continue
-        if k is K_DECIMAL:
-            if decimal_match(v) is None:
-                raise ValueError("not a decimal")
-        elif k is K_QUOTED:
-            if "\\" in v:
-                raw = v.encode()
-                col["v"] = escape_decode(raw)[0] if search_slow_escape(raw) is None else go_unquote(v)
-            else:
-                col["v"] = v.encode()
-        elif k is K_BLOB:
-            col["v"] = a2b_base64(v, strict_mode=True)
-        elif k is K_TEXT:
-            raw = a2b_base64(v, strict_mode=True)
-            try:
-                col["v"] = raw.decode()
-            except UnicodeDecodeError:
-                col["v"] = raw
-        elif k is float and type(v) is int:
-            col["v"] = float(v)
-        elif k is K_LEGACY:
-            col["v"] = conv_legacy_string(v, col["f"])
-        else:
-            raise TypeError("unexpected value type")
 
 
 def _convert(col: dict[str, Any], t: Any, v: Any, f: int, plan: ValuePlan) -> None:
@@ -447,3 +339,74 @@ def _column_name(row: dict[str, Any], col: Any) -> str | None:
         if c is col:
             return name
     return None
+
+
+# --- the decoder's fast path (see applier.codec.decoder.decode_record) --------------------------
+#
+# decode_record first tries every row event with an inlined loop that handles only what current
+# producers send and gives up (raises anything) on the rest; the event is then decoded again,
+# from its bytes, by the careful path above, which either copes or explains the problem. So the
+# fast path never produces an error message and never needs to be complete: it only must never
+# accept what the careful path rejects, nor produce a different value
+# (tests/unit/test_codec_fastpath.py compares the two).
+
+
+class _Kind:
+    """Marker of a type code whose value needs more than a type check on the fast path."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<kind {self.name}>"
+
+
+K_QUOTED = _Kind("quoted")  # BINARY/VARBINARY: Go strconv.Quote body -> bytes
+K_BLOB = _Kind("blob")  # BLOB: base64 -> bytes
+K_TEXT = _Kind("text")  # TEXT: base64 -> str when valid UTF-8, else bytes
+K_DECIMAL = _Kind("decimal")  # exact string, checked to be a decimal literal
+
+FLAG_VALUES = 256
+"""Flags the fast path knows: f in [0, 255] (and, as Python indexes lists, [-256, -1], which have
+the same low bits). Anything else is left to the careful path."""
+
+Kinds = dict[int, list[Any]]
+"""Type code -> flags -> the Python type its wire value has when it needs no work (int, float,
+str, or ``NoneType`` for the NULL type), or one of the ``K_*`` markers.
+
+Indexing a list by ``f`` is also the fast path's check that ``f`` is an integer: a list accepts
+int (and bool, which the careful path accepts too) and raises for anything else, so no separate
+type check is spent per column. Unknown type codes are absent (KeyError). Like the careful path's
+tables, the dict is looked up by value, so a code written as ``3.0`` or ``true`` means 3 or 1 in
+both paths."""
+
+
+def fast_kinds() -> Kinds:
+    """The fast path's dispatch table (see :data:`Kinds`).
+
+    Legacy base64 strings have no entry here: a producer that sends them (TiCDC < v4.0.5) sends no
+    ``f`` either, so the decoder gives such streams to the careful path directly.
+    """
+    by_code: dict[int, tuple[Any, Any]] = {}  # code -> (kind without, kind with the binary flag)
+    for code in INT_CODES:
+        by_code[code] = (int, int)
+    for code in FLOAT_CODES:
+        by_code[code] = (float, float)
+    for code in TEXTUAL_CODES:
+        by_code[code] = (str, str)
+    for code in STRING_CODES:
+        by_code[code] = (str, K_QUOTED)
+    for code in BLOB_CODES:
+        by_code[code] = (K_TEXT, K_BLOB)
+    by_code[DECIMAL] = (K_DECIMAL, K_DECIMAL)
+    by_code[NULL] = (type(None), type(None))  # another value of the NULL type: careful path
+    return {code: [pair[f & FLAG_BINARY] for f in range(FLAG_VALUES)] for code, pair in by_code.items()}
+
+
+# The very functions the careful path uses, under public names for the decoder's inlined loop.
+search_slow_escape = _NEEDS_SLOW_PATH.search
+escape_decode = _escape_decode
+a2b_base64 = _a2b_base64
+decimal_match = _decimal_match

@@ -126,6 +126,9 @@ def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.conne
     except pymysql.err.MySQLError as exc:
         code = error_code(exc)
         reason = _one_line(exc.args[1] if len(exc.args) > 1 else exc)
+        tls_problem = _tls_failure(cfg, exc)
+        if tls_problem is not None:  # permanent: retrying cannot fix a certificate
+            raise DownstreamConnectError(tls_problem, errno=code) from exc
         if code in UNREACHABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
             raise DownstreamUnreachable(
                 f"cannot reach the downstream database at {cfg.redacted()}: {reason}; {_HOW_TO_REPOINT}",
@@ -153,6 +156,29 @@ def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.conne
         close_quietly(conn)
         raise
     return conn
+
+
+def _tls_failure(cfg: DownstreamConfig, exc: pymysql.err.MySQLError) -> str | None:
+    """A clear message when the TLS handshake, not the network, failed (None otherwise).
+
+    PyMySQL reports a failed certificate check as "can't connect" (2003), which reads like a
+    network problem; the operator needs to hear which setting to look at instead.
+    """
+    original = getattr(exc, "original_exception", None)
+    where = cfg.redacted()
+    if isinstance(original, ssl.SSLCertVerificationError):
+        why = _one_line(original.verify_message or original.reason or original)
+        return (
+            f"TLS: the certificate of the downstream database at {where} was refused ({why}); "
+            f"ssl_mode={cfg.ssl_mode}: check downstream_ssl_ca (the CA that signed the server's "
+            "certificate) and, for verify_identity, that the certificate names the host in the URL"
+        )
+    if isinstance(original, ssl.SSLError):
+        return f"TLS handshake with the downstream database at {where} failed: {_one_line(str(original))}"
+    if error_code(exc) == 2026:  # CR_SSL_CONNECTION_ERROR, e.g. the server offers no TLS
+        detail = _one_line(exc.args[1] if len(exc.args) > 1 else exc)
+        return f"TLS to the downstream database at {where} is impossible ({detail}); ssl_mode={cfg.ssl_mode}"
+    return None
 
 
 def close_quietly(conn: pymysql.connections.Connection | None) -> None:

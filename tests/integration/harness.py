@@ -112,6 +112,25 @@ class Changefeed:
             conn.close()
         return (int(row[0]) if row else 0), offsets
 
+    def snapshot_ts(self, resolved: int) -> int:
+        """The upstream ts the downstream stands at when the stored resolved ts is ``resolved``.
+
+        A DDL step leaves the resolved ts at ``D - 1`` once the DDL at ``D`` has run (a DDL is its
+        own upstream transaction), so the downstream then equals the snapshot at ``D``.
+        """
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"SELECT COUNT(*) FROM `{self.checkpoint_schema}`.applied_ddl "
+                    "WHERE changefeed=%s AND commit_ts=%s",
+                    (self.group_id, resolved + 1),
+                )
+                ddl_ran = cur.fetchone()[0] > 0
+        finally:
+            conn.close()
+        return resolved + 1 if ddl_ran else resolved
+
     def compare(self, sim: Simulation, ts: int) -> list[str]:
         conn = self.connect()
         try:

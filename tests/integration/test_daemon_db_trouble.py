@@ -19,7 +19,6 @@ from tests.integration.harness import Changefeed, read_log, stop, wait_for_outpu
 pytestmark = pytest.mark.integration
 
 
-
 def _apply_connections(admin: pymysql.connections.Connection, feed: Changefeed) -> list[int]:
     """Ids of the daemon's apply connections: every client session but ours and the lock holder's."""
     with admin.cursor() as cur:

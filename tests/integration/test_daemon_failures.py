@@ -14,7 +14,6 @@ from tests.integration.harness import Changefeed, stop, wait_for_output
 pytestmark = pytest.mark.integration
 
 
-
 def test_kill_loop_converges(feed: Changefeed, tmp_path) -> None:
     """At least 10 SIGKILLs at random points of one stream, each followed by a restart."""
     sim = simulate(StreamConfig(seed=21, partitions=4, transactions=3000, schema=feed.new_schema()))

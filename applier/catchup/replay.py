@@ -1,0 +1,201 @@
+"""The driver's pass over the skeleton: the daemon's own replay rules, per Kafka partition, in order.
+
+Keyed rows need no replay detection here: a replayed copy carries the same image at the same
+commit ts, and the writers collapse every key to its last op by (commit ts, delete before insert),
+so copies change nothing. Keyless rows are different: an INSERT applied twice leaves two rows, and
+telling a replayed copy from a second identical row of the same transaction needs the whole
+history of the partition (open-protocol.md section 5; ``applier.listener`` rules 2-5). Rather than
+re-implement that, the driver feeds each partition's skeleton (:mod:`applier.catchup.rows`) to a
+real :class:`~applier.listener.PartitionListener`, record by record in offset order:
+
+- keyless rows come with their images and are kept or dropped exactly as the daemon would;
+- keyed rows come as light stubs (real commit ts and table, a one-column handle-key image) so the
+  pass, replay-horizon and resume-offset bookkeeping sees every table's commit ts in order. Their
+  tables' skip threshold is set to R, so stubs at or below R are counted and forgotten; stubs
+  above R stay cached, which is what makes ``resume_offset`` point at the first record holding an
+  unapplied keyed row.
+
+After the pass, the kept keyless rows at or below R are the ones to apply, and marking R applied
+(with the DDLs up to R) gives each listener's ``resume_offset``: the daemon's own answer to "where
+does a restarted daemon read from so that nothing above R is skipped", moved back to the records
+that set the replay horizon so that a daemon started there takes the same keep/drop decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from applier.catchup.epochs import Control, ddl_event
+from applier.catchup.rows import DDL, RESOLVED, ROW, STATS, load_images
+from applier.codec.events import FLAG_HANDLE_KEY, Event, Position, ResolvedEvent, Row, RowEvent, RowKind
+from applier.listener import PartitionListener
+from applier.progress import CheckpointState, DDLKey, SharedProgress, TableKey
+
+_KEYED_STUB: Row = {"_": {"t": 3, "f": FLAG_HANDLE_KEY, "v": None}}
+_KEYLESS_STUB: Row = {"_": {"t": 3, "f": 0, "v": None}}
+SKELETON_COLUMNS = (
+    "kind",
+    "part",
+    "off",
+    "idx",
+    "ts",
+    "scm",
+    "tbl",
+    "op",
+    "keyed",
+    "img",
+    "ddl_q",
+    "ddl_t",
+    "rec",
+)
+
+
+@dataclass
+class Skeleton:
+    """The skeleton rows collected from the scan, sorted by (partition, offset, index)."""
+
+    table: pa.Table
+    controls: list[Control] = field(default_factory=list)
+    records_read: int = 0
+    row_events: int = 0
+    keyed_tables: set[TableKey] = field(default_factory=set)
+    keyless_tables: set[TableKey] = field(default_factory=set)
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table, topic: str) -> Skeleton:
+        stats = table.filter(pc.equal(table["kind"], STATS))
+        body = table.filter(pc.not_equal(table["kind"], STATS)).sort_by(
+            [("part", "ascending"), ("off", "ascending"), ("idx", "ascending")]
+        )
+        sk = cls(body)
+        sk.records_read = int(pc.sum(stats["off"]).as_py() or 0)
+        sk.row_events = int(pc.sum(stats["ts"]).as_py() or 0)
+        ctl = body.filter(pc.not_equal(body["kind"], ROW))
+        c = {
+            name: ctl[name].to_pylist()
+            for name in ("kind", "part", "off", "idx", "ts", "scm", "tbl", "ddl_q", "ddl_t")
+        }
+        for i in range(ctl.num_rows):
+            p, off, idx, ts = c["part"][i], c["off"][i], c["idx"][i], c["ts"][i]
+            ddl = None
+            if c["kind"][i] == DDL:
+                ddl = ddl_event(
+                    p, off, idx, ts, c["scm"][i], c["tbl"][i], c["ddl_q"][i], c["ddl_t"][i], topic
+                )
+            sk.controls.append(Control(p, off, idx, ts, ddl))
+        rows = body.filter(pc.equal(body["kind"], ROW)).select(["scm", "tbl", "keyed"])
+        for scm, tbl, keyed in zip(*(rows[n].to_pylist() for n in ("scm", "tbl", "keyed")), strict=True):
+            (sk.keyed_tables if keyed else sk.keyless_tables).add((scm, tbl))
+        return sk
+
+
+@dataclass
+class ReplayResult:
+    """What the pass decided."""
+
+    keyless_rows: list[RowEvent]  # kept keyless rows with commit ts <= R: ts order, then partition order
+    resume_offsets: dict[int, int]
+    partition_resolved: dict[int, int]
+    replayed_keyless: int = 0
+
+
+def replay_skeleton(
+    skeleton: Skeleton,
+    *,
+    topic: str,
+    starts: Mapping[int, int],
+    lower: int,
+    upper: int,
+    table_floor: Mapping[TableKey, int],
+    applied_ddls: Iterable[DDLKey],
+    executed_ddls: Iterable[DDLKey],
+) -> ReplayResult:
+    """Run the partitions' skeletons through listeners (module docstring).
+
+    ``starts``: the offset each partition was read from; ``lower``: rows at or below it are already
+    downstream; ``upper``: R; ``table_floor``: per-table checkpoint ts (rows at or below skipped);
+    ``applied_ddls``: DDLs recorded before this run; ``executed_ddls``: the DDLs this run executes.
+    """
+    mixed = skeleton.keyed_tables & skeleton.keyless_tables
+    if mixed:
+        names = ", ".join(f"{s}.{t}" for s, t in sorted(mixed))
+        raise ValueError(
+            f"tables with and without a handle key in the same backlog ({names}): a DDL changed their "
+            "key; apply this backlog with `applier run` instead"
+        )
+    table_ts = dict(table_floor)
+    for t in skeleton.keyed_tables:
+        table_ts[t] = max(table_ts.get(t, 0), upper)
+    progress = SharedProgress(
+        CheckpointState(applied_ts=lower, table_ts=table_ts, applied_ddls=frozenset(applied_ddls))
+    )
+    listeners = {p: PartitionListener(p, progress, off) for p, off in starts.items()}
+    tab = skeleton.table
+    cols = {name: tab[name].to_pylist() for name in SKELETON_COLUMNS}
+    kinds = {int(k): RowKind(k) for k in RowKind}
+    n = tab.num_rows
+    i = 0
+    while i < n:
+        part, off = cols["part"][i], cols["off"][i]
+        pos = Position(topic, part, off, 0)
+        events: list[Event] = []
+        digest = None
+        j = i
+        while j < n and cols["part"][j] == part and cols["off"][j] == off:
+            kind, ts = cols["kind"][j], cols["ts"][j]
+            if kind == ROW:
+                scm, tbl = cols["scm"][j], cols["tbl"][j]
+                if cols["keyed"][j]:
+                    events.append(RowEvent(ts, scm, tbl, kinds[cols["op"][j]], _KEYED_STUB, None, None, pos))
+                else:
+                    img = cols["img"][j]
+                    new, old = load_images(img) if img is not None else (_KEYLESS_STUB, None)
+                    events.append(RowEvent(ts, scm, tbl, kinds[cols["op"][j]], new, old, None, pos))
+                    digest = cols["rec"][j]
+            elif kind == RESOLVED:
+                events.append(ResolvedEvent(ts, pos))
+            elif kind == DDL:
+                events.append(
+                    ddl_event(
+                        part,
+                        off,
+                        cols["idx"][j],
+                        ts,
+                        cols["scm"][j],
+                        cols["tbl"][j],
+                        cols["ddl_q"][j],
+                        cols["ddl_t"][j],
+                        topic,
+                    )
+                )
+            j += 1
+        listener = listeners.get(part)
+        if listener is None:
+            raise ValueError(f"skeleton holds partition {part}, which was not planned")
+        listener.feed(off, events, 0, (digest, b"") if digest is not None else None)
+        i = j
+
+    kept: list[RowEvent] = []
+    for p in sorted(listeners):
+        kept.extend(listeners[p].rows_upto(upper))
+    kept.sort(key=lambda r: r.commit_ts)
+    replayed = sum(lst.stats.rows_replayed for lst in listeners.values())
+    progress.applied_ts = max(progress.applied_ts, upper)
+    progress.applied_ddls.update(executed_ddls)
+    progress.prune()
+    for lst in listeners.values():
+        lst.discard_applied()
+    resume: dict[int, int] = {}
+    for p, lst in listeners.items():
+        r = lst.resume_offset()
+        resume[p] = starts[p] if r is None else r
+    return ReplayResult(
+        keyless_rows=kept,
+        resume_offsets=resume,
+        partition_resolved={p: lst.resolved for p, lst in listeners.items()},
+        replayed_keyless=replayed,
+    )

@@ -1,0 +1,154 @@
+"""Progress while a catch-up runs, and its final summary.
+
+Progress comes from Spark's status tracker (tasks done out of tasks planned, per job group), so
+nothing is added to the executors' hot loops: records read are estimated from the share of
+scan tasks done (the ranges are of nearly equal size), rows written are counted as writer tasks
+finish. A background thread logs one line every ``interval`` seconds: stage, records read, rows
+written, and an ETA for the stage from its elapsed time and the share done.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Summary:
+    """What a catch-up did (printed at the end, returned to callers and tests)."""
+
+    from_ts: int = 0
+    lower_ts: int = 0
+    resolved_ts: int = 0
+    records: int = 0
+    events: int = 0
+    deletes: int = 0
+    replaces: int = 0
+    inserts: int = 0
+    ddls: int = 0
+    epochs: int = 0
+    keyless_replays_dropped: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+    resume_offsets: dict[int, int] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    nothing_to_do: bool = False
+
+    @property
+    def rows_written(self) -> int:
+        """Rows after collapse: keyed deletes and REPLACEs plus keyless ops."""
+        return self.deletes + self.replaces + self.inserts
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        stages = ", ".join(f"{k} {v:.1f}s" for k, v in self.stage_seconds.items())
+        return [
+            f"catch-up done: window ({self.lower_ts}, {self.resolved_ts}] (from-ts {self.from_ts})",
+            f"records read {self.records}, row events {self.events}, rows written after collapse "
+            f"{self.rows_written} (delete {self.deletes}, replace {self.replaces}, "
+            f"keyless {self.inserts})",
+            f"DDLs executed {self.ddls}, epochs {self.epochs}, keyless replays dropped "
+            f"{self.keyless_replays_dropped}, retried transactions {self.retries}",
+            f"seconds {self.seconds:.1f}, row events/s {self.events_per_second:.0f}"
+            + (f" ({stages})" if stages else ""),
+            "resume offsets for `applier run`: "
+            + ", ".join(f"p{p}={o}" for p, o in sorted(self.resume_offsets.items())),
+        ]
+
+
+class Progress:
+    """Logs the running stage's progress every ``interval`` seconds (see the module docstring)."""
+
+    def __init__(self, spark: Any, log: Any, interval: float = 5.0) -> None:
+        self._sc = spark.sparkContext if spark is not None else None
+        self._log = log
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._stage: str | None = None
+        self._group: str | None = None
+        self._stage_started = time.monotonic()
+        self._total_records = 0
+        self.records_read = 0
+        self.rows_written = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stage_seconds: dict[str, float] = {}
+
+    def start(self) -> None:
+        if self._sc is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="catchup-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._end_stage()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+    def stage(self, name: str, *, total_records: int | None = None) -> None:
+        """Enter stage ``name``; Spark jobs started from now on belong to it."""
+        self._end_stage()
+        with self._lock:
+            self._stage = name
+            self._group = f"applier-catchup-{name}"
+            self._stage_started = time.monotonic()
+            if total_records is not None:
+                self._total_records = total_records
+        if self._sc is not None:
+            self._sc.setJobGroup(self._group, f"applier catch-up: {name}")
+        self._log.info("stage", stage=name)
+
+    def _end_stage(self) -> None:
+        with self._lock:
+            if self._stage is not None:
+                self.stage_seconds[self._stage] = self.stage_seconds.get(self._stage, 0.0) + (
+                    time.monotonic() - self._stage_started
+                )
+                self._stage = None
+
+    def fraction(self) -> float | None:
+        """Share of the current stage's Spark tasks that are done (None before any job started)."""
+        if self._sc is None or self._group is None:
+            return None
+        tracker = self._sc.statusTracker()
+        total = done = 0
+        for job_id in tracker.getJobIdsForGroup(self._group):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            for stage_id in job.stageIds:
+                info = tracker.getStageInfo(stage_id)
+                if info is not None:
+                    total += info.numTasks
+                    done += info.numCompletedTasks
+        return None if total == 0 else done / total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                stage, started, total_records = self._stage, self._stage_started, self._total_records
+            if stage is None:
+                continue
+            try:
+                frac = self.fraction()
+            except Exception:  # the context may be stopping; progress is best effort
+                continue
+            elapsed = time.monotonic() - started
+            fields: dict[str, Any] = {"stage": stage, "elapsed_s": round(elapsed, 1)}
+            if stage == "scan" and frac is not None:
+                fields["records_read"] = int(total_records * frac)
+                fields["records_total"] = total_records
+            else:
+                fields["records_read"] = self.records_read
+            fields["rows_written"] = self.rows_written
+            if frac is not None:
+                fields["done_pct"] = round(100 * frac, 1)
+                if 0 < frac < 1:
+                    fields["eta_s"] = round(elapsed * (1 - frac) / frac, 1)
+            self._log.info("progress", **fields)

@@ -1,0 +1,58 @@
+"""The SparkSession of a catch-up: local mode by default, any master the operator names otherwise.
+
+The Python workers must run this interpreter (``PYSPARK_PYTHON``), whose environment has the
+applier installed; in local mode the JVM binds to the loopback address (``SPARK_LOCAL_IP``), so
+nothing listens on other interfaces. No package is ever downloaded (``spark.jars.packages`` is
+never set): Kafka is read by the Python data source, not by a JVM connector.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from applier.catchup.source import OpenProtocolSource
+
+DEFAULT_MASTER = "local[*]"
+_LOCAL_DEFAULTS = {
+    "spark.driver.memory": "6g",  # the cached decoded backlog lives in the driver's JVM in local mode
+}
+_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def build_session(
+    master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, app_name: str = "applier-catchup"
+) -> SparkSession:
+    """A (new or the active) SparkSession with the catch-up's data source registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = dict(conf or {})
+    if "spark.jars.packages" in conf:
+        raise ValueError("spark.jars.packages is not used by the catch-up and must not be set")
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = dict(_DEFAULTS)
+    if master.startswith("local"):
+        settings.update(_LOCAL_DEFAULTS)
+    settings.update(conf)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def register(spark: SparkSession) -> None:
+    """Register the Open Protocol data source on ``spark`` (idempotent)."""
+    spark.dataSource.register(OpenProtocolSource)

@@ -1,0 +1,178 @@
+"""A PySpark Python Data Source that reads Kafka offset ranges and decodes them with the project's codec.
+
+No JVM Kafka connector is involved (none can be downloaded where this runs, and the daemon's
+decoder must be the one used): each input partition is one :class:`~applier.catchup.offsets.OffsetRange`,
+read by confluent-kafka inside the executor's Python worker with ``assign()`` (never a consumer
+group), decoded record by record with :func:`decode_record` and returned as Arrow record batches
+(:mod:`applier.catchup.rows`). The ranges are fixed by the driver before the job starts, so a
+retried task re-reads exactly the same records.
+
+Options (strings, as Spark passes them): ``bootstrap``, ``topic``, ``group_id``, ``ranges`` (JSON
+list of ``[partition, start, end]``), ``lower_ts``, ``legacy_base64_strings``, ``compression``,
+``batch_rows``, ``collapse_upto`` (keep only the last op per handle key among the ops at or below
+this ts a task reads; empty: keep every op) and
+``secret.kafka_config`` (JSON of librdkafka settings; the ``secret`` prefix
+makes Spark redact it in plans and the UI, since it may hold SASL credentials).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from applier.catchup.offsets import OffsetRange
+from applier.catchup.rows import SPARK_SCHEMA, BatchBuilder
+from applier.codec.decoder import DecoderOptions, decode_record
+from applier.kafka.reader import KafkaReadError, base_consumer_config
+
+SOURCE_NAME = "ticdc_open_protocol"
+STALL_SECONDS = 120.0  # no record for this long inside a range that should hold more: give up
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """Everything a task needs to read and decode one range."""
+
+    bootstrap: str
+    topic: str
+    group_id: str
+    kafka_config: Mapping[str, str]
+    options: DecoderOptions
+    lower_ts: int
+    batch_rows: int = 20_000
+    collapse_upto: int | None = None  # collapse ops at or below this ts in the reader (rows.py)
+
+
+class RangePartition(InputPartition):
+    """One Spark input partition: records ``[start, end)`` of Kafka partition ``partition``."""
+
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Read and decode one range; yields Arrow batches, the last one ending with the STATS row."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    conf = base_consumer_config(spec.bootstrap, spec.group_id, spec.kafka_config)
+    conf["auto.offset.reset"] = "error"
+    conf.setdefault("fetch.max.bytes", 52428800)
+    conf.setdefault("max.partition.fetch.bytes", 8388608)
+    builder = BatchBuilder(spec.lower_ts, collapse_upto=spec.collapse_upto)
+    consumer = Consumer(conf)
+    # Decoding allocates millions of short-lived dicts and creates no reference cycles; the cyclic
+    # collector would only re-scan the live ones (collapse winners) over and over.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        consumer.assign([TopicPartition(spec.topic, rng.partition, rng.start)])
+        next_offset = rng.start
+        last_progress = time.monotonic()
+        while next_offset < rng.end:
+            msgs = consumer.consume(1000, 0.5)
+            if not msgs and time.monotonic() - last_progress > STALL_SECONDS:
+                raise KafkaReadError(
+                    f"topic {spec.topic!r} partition {rng.partition}: no record at offset {next_offset} "
+                    f"for {STALL_SECONDS:.0f}s (range ends at {rng.end})"
+                )
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() < rng.end:
+                            raise KafkaReadError(
+                                f"topic {spec.topic!r} partition {rng.partition} ended at offset "
+                                f"{msg.offset()}, before the planned end {rng.end} (retention? truncation?)"
+                            )
+                        continue
+                    if err.fatal() or err.code() in (
+                        KafkaError.UNKNOWN_TOPIC_OR_PART,
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                        KafkaError._AUTO_OFFSET_RESET,
+                        KafkaError.OFFSET_OUT_OF_RANGE,
+                    ):
+                        raise KafkaReadError(f"Kafka error on topic {spec.topic!r}: {err.str()}")
+                    continue
+                off = msg.offset()
+                if off >= rng.end:
+                    next_offset = rng.end
+                    break
+                key, value = msg.key(), msg.value()
+                events = decode_record(
+                    key, value, topic=spec.topic, partition=rng.partition, offset=off, options=spec.options
+                )
+                builder.add_record(rng.partition, off, events, (key, value))
+                next_offset = off + 1
+                last_progress = time.monotonic()
+                if len(builder) >= spec.batch_rows:
+                    yield builder.flush()
+    finally:
+        consumer.close()
+        if gc_was_enabled:
+            gc.enable()
+    builder.add_stats(rng.partition)
+    yield builder.flush(final=True)
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.spec = ReadSpec(
+            bootstrap=options["bootstrap"],
+            topic=options["topic"],
+            group_id=options["group_id"],
+            kafka_config=json.loads(options.get("secret.kafka_config", "{}")),
+            options=DecoderOptions(
+                legacy_base64_strings=options.get("legacy_base64_strings", "false") == "true",
+                compression=options.get("compression") or None,
+            ),
+            lower_ts=int(options["lower_ts"]),
+            batch_rows=int(options.get("batch_rows", "20000")),
+            collapse_upto=int(options["collapse_upto"]) if options.get("collapse_upto") else None,
+        )
+        self.ranges = [OffsetRange(int(p), int(s), int(e)) for p, s, e in json.loads(options["ranges"])]
+
+    def partitions(self) -> list[InputPartition]:
+        return [RangePartition(r.partition, r.start, r.end) for r in self.ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        yield from read_range(self.spec, OffsetRange(partition.partition, partition.start, partition.end))
+
+
+class OpenProtocolSource(DataSource):
+    """``spark.read.format("ticdc_open_protocol").options(...).load()`` (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SPARK_SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return _Reader(self.options)
+
+
+def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
+    """The options that make the source read ``ranges`` as ``spec`` says."""
+    return {
+        "bootstrap": spec.bootstrap,
+        "topic": spec.topic,
+        "group_id": spec.group_id,
+        "ranges": json.dumps([[r.partition, r.start, r.end] for r in ranges]),
+        "lower_ts": str(spec.lower_ts),
+        "legacy_base64_strings": "true" if spec.options.legacy_base64_strings else "false",
+        "compression": spec.options.compression or "",
+        "batch_rows": str(spec.batch_rows),
+        "collapse_upto": "" if spec.collapse_upto is None else str(spec.collapse_upto),
+        "secret.kafka_config": json.dumps(dict(spec.kafka_config)),
+    }

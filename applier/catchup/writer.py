@@ -1,0 +1,289 @@
+"""Executor-side writes: one epoch's rows of one Spark partition, with the daemon's SQL and retry rules.
+
+Keyed tables. The rows reach a writer partitioned by (schema, table, handle key), so every op of a
+key (or, when the readers collapsed, every reader's last op of the key) is in one task. The task
+rebuilds the events, orders them as the daemon does (commit ts; the
+stable sort inside ``plan_table`` puts deletes before inserts at equal ts; Kafka position breaks
+the remaining ties) and calls ``sqlgen.plan_table``, which collapses each key to its final state:
+multi-row DELETEs, then multi-row REPLACEs (``sqlgen.table_statements``). Tasks run in parallel
+and commit every ``commit_rows`` rows. That is safe because final states of one epoch are one
+upstream snapshot: whatever subset of them is already written, by whichever task, writing the rest
+(or all of them again) converges to the same table (``sqlgen.collapse`` explains why REPLACE of
+final states cannot be broken by unique-key swaps or key changes). A transient error (deadlock
+between two writers, lost connection) replays the current transaction after a reconnect; anything
+else fails the task, and with it the job, naming the table, the statement kind and the first key.
+
+Keyless tables. Their ops are not idempotent (an INSERT applied twice leaves two rows), so each
+table's ops of an epoch are one transaction that also moves that table's checkpoint to the epoch's
+end. Before writing, the transaction checks that checkpoint: if a previous attempt (or run) already
+committed it, nothing is written. This makes a keyless table's epoch exactly-once even when a
+COMMIT's outcome was lost with the connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from applier.catchup.rows import rebuild_row_events
+from applier.codec.events import RowEvent
+from applier.downstream.errors import error_code, is_transient
+from applier.downstream.retry import Backoff, run_with_retry
+from applier.downstream.session import close_quietly, connect
+from applier.downstream.url import DownstreamConfig
+from checkpoint import CheckpointStore
+from checkpoint.schema import quote_ident
+from sqlgen import Dialect, Statement, TablePlan, plan_table, table_statements
+
+TableKey = tuple[str, str]
+
+
+class WriteError(RuntimeError):
+    """A permanent downstream error: retrying cannot help, the message says what was refused."""
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """What every writer task of one epoch needs (pickled into the tasks; holds no connection)."""
+
+    downstream: DownstreamConfig
+    dialect: Dialect
+    topic: str
+    epoch: int
+    lower: int
+    upper: int
+    table_floor: dict[TableKey, int] = field(default_factory=dict)
+    commit_rows: int = 20_000
+    retry_seconds: float = 600.0
+    checkpoint_schema: str = "ticdc_applier"
+    changefeed: str = ""
+    owner: str | None = None
+
+    def skip(self, table: TableKey, ts: int) -> bool:
+        """Is a row of ``table`` at ``ts`` outside this epoch or already applied?"""
+        return not self.lower < ts <= self.upper or ts <= self.table_floor.get(table, 0)
+
+
+@dataclass
+class WriteStats:
+    events: int = 0
+    deletes: int = 0
+    replaces: int = 0
+    inserts: int = 0
+    statements: int = 0
+    transactions: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return self.deletes + self.replaces + self.inserts
+
+    def add_plan(self, tp: TablePlan) -> None:
+        counts = tp.row_counts()
+        self.events += tp.events
+        self.deletes += counts["delete"]
+        self.replaces += counts["replace"]
+        self.inserts += counts["insert"]
+
+
+class _Session:
+    """One connection with the daemon's retry rules (reconnect, back off, replay the unit)."""
+
+    def __init__(self, spec: WriteSpec, stats: WriteStats) -> None:
+        self.spec = spec
+        self.stats = stats
+        self.conn: pymysql.connections.Connection | None = None
+
+    def _reconnect(self) -> None:
+        close_quietly(self.conn)
+        self.conn = connect(self.spec.downstream)
+
+    def run(self, unit: Callable[[pymysql.connections.Connection], None]) -> None:
+        def attempt() -> None:
+            if self.conn is None:
+                self.conn = connect(self.spec.downstream)
+            conn = self.conn
+            try:
+                unit(conn)
+            except BaseException:
+                with contextlib.suppress(
+                    Exception
+                ):  # the session may be gone; the server rolls back on its own
+                    conn.rollback()
+                raise
+
+        def on_retry(_info: Any) -> None:
+            self.stats.retries += 1
+
+        run_with_retry(
+            attempt,
+            reconnect=self._reconnect,
+            max_attempts=None,
+            max_time=self.spec.retry_seconds,
+            backoff=Backoff(initial=0.2, maximum=10.0),
+            on_retry=on_retry,
+        )
+        self.stats.transactions += 1
+
+    def close(self) -> None:
+        close_quietly(self.conn)
+        self.conn = None
+
+
+def _execute(cur: pymysql.cursors.Cursor, st: Statement, spec: WriteSpec) -> None:
+    try:
+        cur.execute(st.sql, st.params)
+    except pymysql.MySQLError as exc:
+        if is_transient(exc):
+            raise
+        raise WriteError(
+            f"downstream refused {st.kind.upper()} on {st.schema}.{st.table} (first key {st.first_key!r}, "
+            f"{st.rows} rows, epoch {spec.epoch} up to ts {spec.upper}): MySQL error {error_code(exc)}: "
+            f"{exc.args[-1]}"
+        ) from None
+
+
+def _chunks(stmts: list[Statement], commit_rows: int) -> Iterator[list[Statement]]:
+    chunk: list[Statement] = []
+    rows = 0
+    for st in stmts:
+        chunk.append(st)
+        rows += st.rows
+        if rows >= commit_rows:
+            yield chunk
+            chunk, rows = [], 0
+    if chunk:
+        yield chunk
+
+
+def plan_keyed_events(by_table: dict[TableKey, list[RowEvent]]) -> list[TablePlan]:
+    """Plans of one writer partition's events: the daemon's order, then ``plan_table``."""
+    plans = []
+    for (schema, table), events in by_table.items():
+        events.sort(key=_order)
+        plans.append(plan_table(schema, table, events))
+    return plans
+
+
+def _order(ev: RowEvent) -> tuple[int, int, int, int]:
+    p = ev.pos
+    return ev.commit_ts, p.partition, p.offset, p.index
+
+
+def write_keyed(batches: Iterator[Any], spec: WriteSpec) -> WriteStats:
+    """Apply one writer partition's keyed rows (Arrow batches of rows.SPARK_SCHEMA) downstream."""
+    started = time.monotonic()
+    stats = WriteStats()
+    by_table: dict[TableKey, list[RowEvent]] = {}
+    # Millions of live dicts and no reference cycles: the cyclic collector would only re-scan them.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _write_keyed(batches, spec, stats, by_table, started)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _write_keyed(
+    batches: Iterator[Any],
+    spec: WriteSpec,
+    stats: WriteStats,
+    by_table: dict[TableKey, list[RowEvent]],
+    started: float,
+) -> WriteStats:
+    for batch in batches:
+        for table, ev in rebuild_row_events(batch, spec.topic):
+            if spec.skip(table, ev.commit_ts):
+                continue
+            lst = by_table.get(table)
+            if lst is None:
+                by_table[table] = [ev]
+            else:
+                lst.append(ev)
+    plans = plan_keyed_events(by_table)
+    del by_table
+    session = _Session(spec, stats)
+    try:
+        for tp in plans:
+            stats.add_plan(tp)
+            stmts = list(table_statements(tp, spec.dialect))
+            stats.statements += len(stmts)
+            for chunk in _chunks(stmts, spec.commit_rows):
+
+                def unit(conn: pymysql.connections.Connection, chunk: list[Statement] = chunk) -> None:
+                    with conn.cursor() as cur:
+                        for st in chunk:
+                            _execute(cur, st, spec)
+                    conn.commit()
+
+                session.run(unit)
+    finally:
+        session.close()
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def write_keyless(tp: TablePlan, spec: WriteSpec) -> WriteStats:
+    """Apply one keyless table's ops of one epoch, exactly once (module docstring)."""
+    started = time.monotonic()
+    stats = WriteStats()
+    store = CheckpointStore(spec.checkpoint_schema, spec.changefeed)
+    table = (tp.schema, tp.table)
+    stmts = list(table_statements(tp, spec.dialect))
+    session = _Session(spec, stats)
+    written = [False]
+
+    def unit(conn: pymysql.connections.Connection) -> None:
+        written[0] = False
+        with conn.cursor() as cur:
+            if _table_checkpoint(cur, store, table) >= spec.upper:
+                conn.rollback()
+                return  # committed by an earlier attempt or run
+            for st in stmts:
+                _execute(cur, st, spec)
+            store.write(
+                cur,
+                topic=None,
+                resolved_ts=0,
+                tables={table: spec.upper},
+                offsets={},
+                partition_resolved={},
+                owner=spec.owner,
+            )
+        conn.commit()
+        written[0] = True
+
+    try:
+        session.run(unit)
+    finally:
+        session.close()
+    if written[0]:
+        stats.add_plan(tp)
+        stats.statements += len(stmts)
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def _table_checkpoint(cur: pymysql.cursors.Cursor, store: CheckpointStore, table: TableKey) -> int:
+    """The ts up to which ``table`` is applied, read with row locks held until the commit."""
+    q = quote_ident(store.schema)
+    cur.execute(
+        f"SELECT `resolved_ts` FROM {q}.`changefeed` WHERE `changefeed` = %s FOR UPDATE", (store.changefeed,)
+    )
+    row = cur.fetchone()
+    applied = int(row[0]) if row else 0
+    cur.execute(
+        f"SELECT `checkpoint_ts` FROM {q}.`table_checkpoint` "
+        "WHERE `changefeed` = %s AND `schema_name` = %s AND `table_name` = %s FOR UPDATE",
+        (store.changefeed, table[0], table[1]),
+    )
+    row = cur.fetchone()
+    return max(applied, int(row[0]) if row else 0)

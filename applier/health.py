@@ -1,0 +1,153 @@
+"""Liveness and readiness of the daemon, decided in one place for /healthz, /readyz and systemd.
+
+The daemon's hooks (applier.observer) feed a :class:`Health` object on the daemon's thread; the
+HTTP server and the systemd watchdog read it from theirs. Only plain attribute assignments cross
+threads, which the GIL makes atomic, so no lock is needed.
+
+Definitions (the operations documentation repeats them):
+
+* **alive** — the process runs and its loop turns: the state is ``starting``/``standby``/
+  ``stopping``, or the loop ticked within :attr:`Health.loop_timeout` seconds, or a window is being
+  applied (a long DDL can run for hours; the database is working, so the daemon is waiting
+  healthily). ``failed`` is not alive.
+* **ready** — active, connected (no transient downstream error since the last committed window),
+  and not stalled: something was read or applied, or every partition was read to its end, within
+  ``stall_seconds``. A standby is alive but not ready, and says so.
+* **waiting healthily** (the systemd watchdog criterion) — alive, and in the active loop also not
+  stalled: a loop that spins without reading or applying anything for ``stall_seconds`` while
+  records are waiting gets restarted by systemd.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from applier.observer import Observer
+
+if TYPE_CHECKING:
+    from applier.barrier import Barrier
+    from applier.kafka.reader import PartitionReader
+    from applier.window import Window
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One health answer: ``ok`` and a JSON-ready explanation."""
+
+    ok: bool
+    status: str
+    detail: dict[str, Any]
+
+
+class Health(Observer):
+    """Tracks what the daemon does; answers "alive?" and "ready?" from any thread."""
+
+    def __init__(
+        self,
+        stall_seconds: float = 300.0,
+        loop_timeout: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stall_seconds = float(stall_seconds)
+        self.loop_timeout = float(loop_timeout)
+        self._clock = clock
+        self.state = "starting"
+        self.loop_started = False
+        self.connected = False
+        self.last_tick: float | None = None
+        self.last_healthy: float | None = None  # last progress, or last tick with everything read
+        self.applying_since: float | None = None
+        self.last_error: str | None = None
+        self.last_retry_error: str | None = None
+        self.applied_ts = 0
+
+    # -- hooks (daemon thread) ----------------------------------------------------------------
+    def on_state(self, state: str) -> None:
+        self.state = state
+        if state != "active":
+            self.loop_started = False
+
+    def on_ready(self) -> None:
+        now = self._clock()
+        self.loop_started = True
+        self.connected = True
+        self.last_tick = self.last_healthy = now
+
+    def on_apply_start(self, window: Window) -> None:
+        self.applying_since = self._clock()
+
+    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
+        now = self._clock()
+        self.applying_since = None
+        self.connected = True
+        self.last_retry_error = None
+        self.last_healthy = now
+        self.applied_ts = max(self.applied_ts, window.target_ts)
+
+    def on_retry(self, error: BaseException) -> None:
+        self.connected = False
+        self.last_retry_error = type(error).__name__
+
+    def on_error(self, kind: str) -> None:
+        self.last_error = kind
+
+    def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:
+        now = self._clock()
+        self.last_tick = now
+        self.applying_since = None  # a tick happens between applies, never during one
+        if progressed or reader.all_at_end():
+            self.last_healthy = now
+
+    # -- questions (any thread) ---------------------------------------------------------------
+    def _ages(self, now: float) -> dict[str, float | None]:
+        def age(t: float | None) -> float | None:
+            return None if t is None else round(now - t, 3)
+
+        return {
+            "seconds_since_tick": age(self.last_tick),
+            "seconds_since_progress": age(self.last_healthy),
+            "applying_for_seconds": age(self.applying_since),
+        }
+
+    def alive(self) -> Verdict:
+        now = self._clock()
+        detail: dict[str, Any] = {"state": self.state, **self._ages(now)}
+        if self.state == "failed":
+            return Verdict(False, "failed", {**detail, "error": self.last_error})
+        if self.state in ("starting", "standby", "stopping") or not self.loop_started:
+            return Verdict(True, self.state, detail)
+        if self.applying_since is not None:
+            return Verdict(True, "applying", detail)
+        if self.last_tick is not None and now - self.last_tick <= self.loop_timeout:
+            return Verdict(True, "alive", detail)
+        return Verdict(False, "loop stuck", {**detail, "loop_timeout_seconds": self.loop_timeout})
+
+    def stalled(self, now: float | None = None) -> bool:
+        """Active loop with nothing read or applied for ``stall_seconds`` while data is pending."""
+        now = self._clock() if now is None else now
+        if not self.loop_started or self.applying_since is not None:
+            return False
+        return self.last_healthy is None or now - self.last_healthy > self.stall_seconds
+
+    def ready(self) -> Verdict:
+        live = self.alive()
+        now = self._clock()
+        detail: dict[str, Any] = {**live.detail, "connected": self.connected, "applied_ts": self.applied_ts}
+        if not live.ok:
+            return Verdict(False, live.status, detail)
+        if self.state == "standby":
+            return Verdict(False, "standby", {**detail, "reason": "another instance is active"})
+        if self.state != "active" or not self.loop_started:
+            return Verdict(False, self.state, detail)
+        if not self.connected:
+            return Verdict(False, "disconnected", {**detail, "retrying_after": self.last_retry_error})
+        if self.stalled(now):
+            return Verdict(False, "stalled", {**detail, "stall_seconds": self.stall_seconds})
+        return Verdict(True, "ready", detail)
+
+    def waiting_healthily(self) -> bool:
+        """Whether the systemd watchdog may be fed now (see module doc)."""
+        return self.alive().ok and not self.stalled()

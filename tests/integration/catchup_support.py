@@ -1,0 +1,157 @@
+"""Shared pieces of the catch-up tests: one SparkSession per test process, and a restored backup.
+
+Starting Spark costs seconds of JVM start-up on this machine, so every in-process catch-up of
+the test session shares one local[2] session (CI budget). Tests that must kill a catch-up run it
+as a subprocess, which starts its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import pymysql
+
+from applier.config import resolve
+from applier.simulator.stream import Simulation
+from applier.simulator.tables import DDL_CREATE_SCHEMA, quote_ident
+from tests.integration.harness import Changefeed
+
+
+@functools.cache
+def spark_session() -> Any:
+    """The test process's SparkSession (local[2]); created on first use, stopped at exit."""
+    import atexit
+
+    from applier.catchup.session import build_session
+
+    spark = build_session("local[2]", {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "4"})
+    atexit.register(spark.stop)
+    return spark
+
+
+def restore_backup(cf: Changefeed, sim: Simulation, ts: int) -> None:
+    """Load the model's snapshot at ``ts`` into the downstream, as a restored BR/Dumpling backup would:
+    the schema and tables as of ``ts`` (DDLs at or below it), every row as of ``ts``, no checkpoint."""
+    conn = pymysql.connect(**cf.mariadb_params, charset="utf8mb4", autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute(f"CREATE DATABASE {quote_ident(sim.schema)}")
+            cur.execute(f"USE {quote_ident(sim.schema)}")
+            for ev in sim.ddl_events:
+                if ev.commit_ts <= ts and ev.ddl_type != DDL_CREATE_SCHEMA:
+                    cur.execute(ev.ddl_query)
+            for (_, table), rows in sim.expected_snapshot(ts).items():
+                spec = sim.table_spec(table, ts)
+                assert spec is not None
+                cols = [c for c in spec.columns if not c.is_generated]
+                sql = (
+                    f"INSERT INTO {quote_ident(table)} ({', '.join(quote_ident(c.name) for c in cols)}) "
+                    f"VALUES ({', '.join(['%s'] * len(cols))})"
+                )
+                if rows:
+                    cur.executemany(sql, [[row[c.name] for c in cols] for row in rows])
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def catchup_flags(cf: Changefeed, from_ts: int, *more: str) -> list[str]:
+    return [
+        "--kafka-bootstrap",
+        cf.bootstrap,
+        "--topic",
+        cf.topic,
+        "--group-id",
+        cf.group_id,
+        "--downstream",
+        cf.downstream,
+        "--checkpoint-schema",
+        cf.checkpoint_schema,
+        "--from-ts",
+        str(from_ts),
+        "--spark-master",
+        "local[2]",
+        "--catchup-split-records",
+        "150",
+        *more,
+    ]
+
+
+def run_catchup_here(cf: Changefeed, from_ts: int, *more: str):
+    """Run a catch-up in this process on the shared SparkSession; returns its Summary."""
+    from applier.catchup.job import CatchupJob
+    from applier.cli import _build_parser
+
+    args = _build_parser().parse_args(["catchup", *catchup_flags(cf, from_ts, *more)])
+    cfg = resolve("catchup", vars(args), environ={})
+    return CatchupJob(cfg, spark=spark_session(), progress_interval=2.0).run()
+
+
+def start_catchup_process(
+    cf: Changefeed, from_ts: int, *more: str, start_new_session: bool = False
+) -> subprocess.Popen:
+    """``python -m applier catchup ...`` in the background, output to a log file (``proc.log_path``).
+
+    ``start_new_session``: the process (and the Spark JVM it starts) get their own process group,
+    so a test can kill both with one ``os.killpg``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIER_")}
+    fd, log_path = tempfile.mkstemp(prefix="catchup-", suffix=".log")
+    with os.fdopen(fd, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "applier",
+                "catchup",
+                *catchup_flags(cf, from_ts, *more),
+                "--spark-conf",
+                "spark.driver.memory=1g",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=start_new_session,
+        )
+    proc.log_path = log_path  # type: ignore[attr-defined]
+    return proc
+
+
+def table_checksums(cf: Changefeed, schema: str) -> dict[str, tuple[int, int]]:
+    """(row count, CHECKSUM TABLE) of every table of ``schema``: equal values mean nothing changed."""
+    conn = cf.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+                (schema,),
+            )
+            names = [r[0] for r in cur.fetchall()]
+            out = {}
+            for name in names:
+                cur.execute(f"SELECT COUNT(*) FROM {quote_ident(schema)}.{quote_ident(name)}")
+                (n,) = cur.fetchone()
+                cur.execute(f"CHECKSUM TABLE {quote_ident(schema)}.{quote_ident(name)}")
+                out[name] = (int(n), int(cur.fetchone()[1]))
+        return out
+    finally:
+        conn.close()
+
+
+def global_resolved_of(records) -> int:
+    """The global resolved ts of a prefix of a simulated stream (the daemon's and catch-up's R)."""
+    last: dict[int, int] = {}
+    parts = set()
+    for rec in records:
+        parts.add(rec.partition)
+        for ev in rec.events:
+            if ev.kind == "resolved":
+                last[rec.partition] = max(last.get(rec.partition, 0), ev.commit_ts)
+            elif ev.kind == "ddl":
+                last[rec.partition] = max(last.get(rec.partition, 0), ev.commit_ts - 1)
+    return min(last.values())

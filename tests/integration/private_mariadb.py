@@ -1,0 +1,154 @@
+"""A throwaway MariaDB server with TLS, for the TLS tests: its own datadir, port, CA and certificates.
+
+The shared test server cannot be reconfigured for TLS, so the tests start their own: the
+``mariadb-install-db`` and ``mariadbd`` of the machine's MariaDB package, a temporary datadir, a free
+loopback port and ``require_secure_transport``, so that any TCP session without TLS is refused: a
+session that works is a session that was encrypted. Certificates are made with the ``openssl``
+command: a CA, a server certificate for IP 127.0.0.1 only, a client certificate, and a second,
+unrelated CA that must be refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymysql
+
+from applier.kafka.embedded_broker import free_port
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def _key(name: str, cwd: Path) -> None:
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", name, cwd=cwd)
+
+
+def _ca(prefix: str, cn: str, cwd: Path) -> None:
+    _key(f"{prefix}.key", cwd)
+    _openssl(
+        "req", "-x509", "-new", "-key", f"{prefix}.key", "-out", f"{prefix}.pem", "-days", "2",
+        "-subj", f"/CN={cn}",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=cwd,
+    )  # fmt: skip
+
+
+def _leaf(name: str, cn: str, ext: str, cwd: Path) -> None:
+    _key(f"{name}.key", cwd)
+    _openssl("req", "-new", "-key", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=cwd)
+    (cwd / f"{name}.ext").write_text(ext)
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
+        cwd=cwd,
+    )  # fmt: skip
+
+
+def make_certificates(directory: Path) -> None:
+    """ca.pem, server.pem/.key (IP:127.0.0.1 only), client.pem/.key, and other-ca.pem."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _ca("ca", "applier test CA", directory)
+    _ca("other-ca", "some other CA", directory)
+    _leaf(
+        "server",
+        "127.0.0.1",
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        directory,
+    )
+    _leaf(
+        "client",
+        "applier-client",
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+        directory,
+    )
+
+
+@dataclass
+class PrivateMariaDB:
+    """A running server; ``root()`` connects over its unix socket (allowed without TLS)."""
+
+    base: Path
+    port: int
+    process: subprocess.Popen
+
+    @property
+    def socket(self) -> str:
+        return str(self.base / "mysqld.sock")
+
+    @property
+    def certs(self) -> Path:
+        return self.base / "certs"
+
+    def root(self) -> pymysql.connections.Connection:
+        return pymysql.connect(unix_socket=self.socket, user="root", autocommit=True)
+
+    def log(self) -> str:
+        path = self.base / "error.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _binary(name: str, *fallbacks: str) -> str:
+    for candidate in (name, *fallbacks):
+        found = shutil.which(candidate) or (candidate if os.path.exists(candidate) else None)
+        if found:
+            return found
+    raise AssertionError(f"{name} not found: install the mariadb-server package (make services does)")
+
+
+def start_private_mariadb(base: Path) -> PrivateMariaDB:
+    """Install a datadir and start ``mariadbd`` with TLS on a free loopback port (fails, never skips)."""
+    base.mkdir(parents=True, exist_ok=True)
+    make_certificates(base / "certs")
+    datadir = base / "data"
+    install = _binary("mariadb-install-db", "/usr/bin/mariadb-install-db", "mysql_install_db")
+    mariadbd = _binary("mariadbd", "/usr/sbin/mariadbd", "/usr/sbin/mysqld")
+    as_root = ["--user=root"] if os.geteuid() == 0 else []
+    subprocess.run(
+        [install, "--no-defaults", f"--datadir={datadir}", *as_root,
+         "--auth-root-authentication-method=normal", "--skip-test-db"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    port = free_port()
+    certs = base / "certs"
+    proc = subprocess.Popen(
+        [
+            mariadbd, "--no-defaults", f"--datadir={datadir}", *as_root,
+            f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}",
+            f"--pid-file={base / 'mysqld.pid'}", f"--log-error={base / 'error.log'}",
+            f"--ssl-ca={certs / 'ca.pem'}", f"--ssl-cert={certs / 'server.pem'}",
+            f"--ssl-key={certs / 'server.key'}", "--require-secure-transport=ON",
+            "--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--max-connections=50",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    server = PrivateMariaDB(base, port, proc)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            server.root().close()
+            return server
+        except pymysql.err.OperationalError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = server.log()
+                server.stop()
+                raise AssertionError(f"private MariaDB did not start:\n{log[-3000:]}") from None
+            time.sleep(0.2)

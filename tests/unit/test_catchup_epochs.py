@@ -1,0 +1,86 @@
+"""The window and the DDL epochs: R, which DDLs run and in what order, epoch boundaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from applier.catchup.epochs import (
+    Control,
+    Epoch,
+    ddls_to_run,
+    epoch_of,
+    global_resolved,
+    partition_resolved,
+    plan_epochs,
+)
+from applier.codec.events import DDLEvent, Position
+from applier.progress import ddl_key
+
+
+def ddl(ts: int, query: str = "ALTER TABLE t ADD c INT", table: str = "t") -> DDLEvent:
+    return DDLEvent(ts, "s", table, query, 5, Position("topic", 0, 0, 0))
+
+
+def test_partition_resolved_counts_a_ddl_as_its_ts_minus_one_and_ignores_older_values() -> None:
+    controls = [
+        Control(0, 1, 0, 100),
+        Control(0, 5, 0, 90),  # an older resolved after a replay
+        Control(1, 2, 0, 81, ddl(81)),
+        Control(1, 3, 0, 70),
+    ]
+    assert partition_resolved(controls, [0, 1, 2], floor=50) == {0: 100, 1: 80, 2: 50}
+
+
+def test_global_resolved_is_the_smallest_capped_by_until() -> None:
+    assert global_resolved({0: 100, 1: 80, 2: 95}) == 80
+    assert global_resolved({0: 100, 1: 80}, until=70) == 70
+    assert global_resolved({0: 100, 1: 80}, until=90) == 80
+    with pytest.raises(ValueError):
+        global_resolved({})
+
+
+def test_ddls_in_the_window_once_each_in_the_barriers_order() -> None:
+    a, b, c = ddl(50, "CREATE TABLE a (i INT)", "a"), ddl(50, "CREATE TABLE b (i INT)", "b"), ddl(70)
+    old, late = ddl(20, "CREATE TABLE old (i INT)"), ddl(120)
+    controls = [
+        # partition 1 saw b before a, partition 0 a before b: the lowest partition's order wins
+        Control(1, 3, 0, 50, b),
+        Control(1, 4, 0, 50, a),
+        Control(0, 7, 0, 50, a),
+        Control(0, 8, 0, 50, b),
+        Control(0, 9, 0, 70, c),
+        Control(1, 9, 0, 70, c),
+        Control(0, 1, 0, 20, old),  # at or below the lower bound: already in the backup
+        Control(0, 12, 0, 120, late),  # above R: left to the daemon
+        Control(0, 10, 0, 100),
+    ]
+    assert ddls_to_run(controls, lower=30, upper=100) == [a, b, c]
+    assert ddls_to_run(controls, lower=30, upper=100, applied=[ddl_key(b)]) == [a, c]
+    assert ddls_to_run(controls, lower=30, upper=70) == [a, b, c]
+    assert ddls_to_run(controls, lower=30, upper=69) == [a, b]
+
+
+def test_epochs_split_the_window_at_each_ddl() -> None:
+    d1, d2, d3 = ddl(50, "q1"), ddl(50, "q2"), ddl(71)
+    epochs = plan_epochs(30, 100, [d1, d2, d3])
+    assert epochs == [
+        Epoch(1, 30, 49, d1),
+        Epoch(2, 49, 49, d2),
+        Epoch(3, 49, 70, d3),
+        Epoch(4, 70, 100, None),
+    ]
+    assert [e.has_rows for e in epochs] == [True, False, True, True]
+    assert epoch_of(epochs, 31).number == 1
+    assert epoch_of(epochs, 49).number == 1  # rows below the DDL's ts run before it
+    assert epoch_of(epochs, 50).number == 3  # rows at the DDL's ts and above run after it
+    assert epoch_of(epochs, 70).number == 3
+    assert epoch_of(epochs, 71).number == 4
+    assert epoch_of(epochs, 100).number == 4
+    assert epoch_of(epochs, 30) is None and epoch_of(epochs, 101) is None
+
+
+def test_no_ddl_is_one_epoch_and_a_ddl_outside_is_refused() -> None:
+    assert plan_epochs(10, 20, []) == [Epoch(1, 10, 20, None)]
+    assert plan_epochs(10, 10, []) == [Epoch(1, 10, 10, None)]
+    with pytest.raises(ValueError):
+        plan_epochs(10, 20, [ddl(21)])

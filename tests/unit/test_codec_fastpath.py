@@ -1,0 +1,390 @@
+"""decode_record's fast path against the careful path it falls back to (decoder.py).
+
+decode_record tries every event with a fast path written for what current producers send and, at
+the first thing it does not expect, decodes the event again with the careful path. The fast path
+must therefore never accept what the careful path rejects, nor produce anything else than it:
+these tests feed both the same records, ordinary and hostile, and require the same events (same
+types, same dict order) or the same MalformedRecordError (reason, index, excerpt).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import cramjam
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from applier.codec import decoder, framing
+from applier.codec.decoder import DecoderOptions, decode_record, decode_record_careful
+from applier.codec.errors import MalformedRecordError
+from applier.codec.events import Position, RowEvent, RowKind
+
+U64 = struct.Struct(">Q")
+OPTIONS = [
+    DecoderOptions(),
+    DecoderOptions(legacy_base64_strings=True),
+    DecoderOptions(compression="snappy"),
+    DecoderOptions(compression="lz4"),
+]
+COMPRESS = {None: None, "snappy": cramjam.snappy.compress_raw, "lz4": cramjam.lz4.compress}
+
+
+def frame(key_docs: list[bytes], value_docs: list[bytes], options: DecoderOptions) -> tuple[bytes, bytes]:
+    compress = COMPRESS[options.compression]
+    if compress is not None:
+        value_docs = [bytes(compress(d)) if d else d for d in value_docs]
+    key = U64.pack(1) + b"".join(U64.pack(len(d)) + d for d in key_docs)
+    return key, b"".join(U64.pack(len(d)) + d for d in value_docs)
+
+
+def dumps(obj: Any, ascii_only: bool = False) -> bytes:
+    """JSON like TiCDC writes it; unlike orjson, json writes integers beyond 64 bits."""
+    return json.dumps(obj, ensure_ascii=ascii_only, separators=(",", ":")).encode()
+
+
+def outcome(fn: Any, key: bytes, value: bytes, options: DecoderOptions) -> tuple[str, Any]:
+    """What a decoder makes of a record, in a form where 1, 1.0, True, b"" and "" all differ and
+    dict order counts (repr), so that equal outcomes mean the same events."""
+    try:
+        events = fn(key, value, topic="tp", partition=1, offset=2, options=options)
+    except MalformedRecordError as e:
+        return "error", (e.reason, e.index, e.excerpt)
+    return "events", repr(events)
+
+
+def assert_same(key: bytes, value: bytes, options: DecoderOptions) -> tuple[str, Any]:
+    fast = outcome(decode_record, key, value, options)
+    careful = outcome(decode_record_careful, key, value, options)
+    assert fast == careful
+    return fast
+
+
+# --- hostile but plausible documents -------------------------------------------------------------
+
+CODES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 225, 245, 246, 247, 248, 249, 250]
+CODES += [251, 252, 253, 254, 255, 230, 0, -1, 999]
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**65),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["", "0", "-0.5", "12.", ".5", ".", "1.2.3", "١٢", "+7", "1e5", "12a", " 1"]),
+    st.sampled_from(["YWE=", "YWE", "5rWL6K+VdGV4dA==", "//79", "@@", "aGk=\n", "é"]),
+    st.sampled_from(["\\x89PNG\\r\\n", "\\q", "\\", "\\u00e9", "\\U0001f600", "\\101", "\\12", "\\\\x41"]),
+    st.sampled_from(["\\x4", '\\"', "\\'", "\\\n", "a\\\\", "2020-01-01 00:00:00", "中文"]),
+    st.text(max_size=12),
+)
+VALUES = (
+    SCALARS
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=2), st.integers(), max_size=1)
+)
+FLAGS = st.one_of(
+    st.integers(0, 255),
+    st.integers(-300, 300),
+    st.sampled_from([1, 2, 3, 11, 65, 64, 256, -1, -256, -257, 2**40]),
+    st.booleans(),
+    st.sampled_from([1.0, "1", None, [1]]),
+)
+MISSING = object()
+
+
+@st.composite
+def column(draw: st.DrawFn) -> Any:
+    if draw(st.integers(0, 30)) == 0:
+        return draw(st.sampled_from([[], 5, "x", None, [3, 0, 1]]))
+    col: dict[str, Any] = {}
+    t = draw(st.sampled_from(CODES) | st.sampled_from([True, 3.0, 246.0, 15.0, "3", None]))
+    f = draw(FLAGS | st.just(MISSING))
+    h = draw(st.sampled_from([MISSING, MISSING, MISSING, True, False, 1, "yes", None]))
+    v = draw(VALUES | st.just(MISSING))
+    if draw(st.integers(0, 20)) != 0:
+        col["t"] = t
+    if h is not MISSING:
+        col["h"] = h
+    if f is not MISSING:
+        col["f"] = f
+    if v is not MISSING:
+        col["v"] = v
+    if draw(st.integers(0, 10)) == 0:
+        col["x"] = "future"
+    return col
+
+
+@st.composite
+def good_column(draw: st.DrawFn) -> dict[str, Any]:
+    """Columns as current producers write them (the fast path's home ground)."""
+    t = draw(st.sampled_from([1, 3, 5, 8, 12, 15, 246, 252, 254, 245]))
+    binary = draw(st.booleans())
+    f = draw(st.integers(0, 255)) & ~1 | (1 if binary else 0)
+    if t in (1, 3, 8):
+        v: Any = draw(st.integers(-(2**63), 2**64 - 1))
+    elif t == 5:
+        v = draw(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**53), 2**53))
+    elif t == 246:
+        v = draw(st.from_regex(r"-?[0-9]{1,20}(\.[0-9]{0,10})?", fullmatch=True))
+    elif t == 252:
+        v = draw(st.sampled_from(["", "aGVsbG8=", "/w==", "5rWL6K+VdGV4dA=="]))
+    elif t in (15, 254) and binary:
+        v = draw(st.sampled_from(["", "abc", "\\x89PNG\\r\\n\\x1a\\n", "\\\\x41", "\\u00e9", "中"]))
+    else:
+        v = draw(st.text(max_size=10))
+    if draw(st.integers(0, 5)) == 0:
+        v = None
+    col: dict[str, Any] = {"t": t}
+    if f & 2 and draw(st.booleans()):
+        col["h"] = True
+    col["f"] = f
+    col["v"] = v
+    return col
+
+
+NAMES = st.text(min_size=1, max_size=4)
+ROWS = st.dictionaries(NAMES, column() | good_column(), max_size=5)
+GOOD_ROWS = st.dictionaries(NAMES, good_column(), max_size=6)
+
+
+@st.composite
+def row_value(draw: st.DrawFn) -> Any:
+    rows = ROWS if draw(st.booleans()) else GOOD_ROWS
+    shape = draw(st.sampled_from(["u", "up", "d", "du", "p", "none", "junk", "partial"]))
+    if shape == "junk":
+        return draw(st.sampled_from([[], "x", 5, None, {"u": None}, {"u": []}, {"u": {}, "p": []}]))
+    value: dict[str, Any] = {}
+    if "u" in shape:
+        value["u"] = draw(rows)
+    if "p" in shape:
+        value["p"] = draw(rows)
+    if "d" in shape:
+        value["d"] = draw(rows)
+    if shape == "partial":  # only-output-updated-columns
+        new = draw(GOOD_ROWS)
+        keep = draw(st.lists(st.sampled_from(sorted(new)), unique=True)) if new else []
+        value = {"u": new, "p": {name: draw(good_column()) for name in keep}}
+    return value
+
+
+@st.composite
+def key_doc(draw: st.DrawFn) -> Any:
+    key: dict[str, Any] = {}
+    if draw(st.integers(0, 15)):
+        key["ts"] = draw(st.integers(0, 2**64 - 1) | st.sampled_from([-1, 2**64, 1.5, "1", True, None]))
+    if draw(st.integers(0, 3)):
+        key["scm"] = draw(st.text(max_size=3) | st.sampled_from([5, None]))
+    if draw(st.integers(0, 3)):
+        key["tbl"] = draw(st.text(max_size=3) | st.sampled_from([None, []]))
+    key["t"] = draw(st.sampled_from([1, 1, 1, 1, 2, 3, 0, 4, True, 1.0, "1"]))
+    for name, values in (
+        ("ptn", [5, -1, "p", None]),
+        ("ohk", [True, False, 0, 1, None]),
+        ("ccl", ["s3://x", None, 5]),
+        ("rid", [1]),
+    ):
+        if draw(st.integers(0, 6)) == 0:
+            key[name] = draw(st.sampled_from(values))
+    if draw(st.integers(0, 40)) == 0:
+        return draw(st.sampled_from([[], "x", 5]))
+    return key
+
+
+@st.composite
+def record(draw: st.DrawFn) -> tuple[bytes, bytes, DecoderOptions]:
+    options = draw(st.sampled_from(OPTIONS))
+    keys, values = [], []
+    for _ in range(draw(st.integers(1, 4))):
+        key = draw(key_doc())
+        kind = key.get("t") if isinstance(key, dict) else None
+        if kind == 2:
+            value: Any = draw(st.sampled_from([{"q": "CREATE TABLE x (a int)", "t": 3}, {"q": 5}, None]))
+        elif kind == 3:
+            value = None
+        else:
+            value = draw(row_value())
+        ascii_only = draw(st.booleans())  # \u escapes in keys and strings, or raw UTF-8
+        keys.append(dumps(key, ascii_only))
+        values.append(b"" if value is None else dumps(value, ascii_only))
+    key_bytes, value_bytes = frame(keys, values, options)
+    return key_bytes, value_bytes, options
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record())
+def test_fast_and_careful_paths_agree(case: tuple[bytes, bytes, DecoderOptions]) -> None:
+    assert_same(*case)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), GOOD_ROWS, st.booleans()), min_size=1, max_size=16))
+def test_agree_on_what_current_producers_send(rows: list[tuple[int, dict[str, Any], bool]]) -> None:
+    keys = [orjson.dumps({"ts": ts, "scm": "db", "tbl": "tb", "t": 1}) for ts, _, _ in rows]
+    values = [orjson.dumps({"u": row, "p": row} if update else {"u": row}) for _, row, update in rows]
+    kind, _ = assert_same(*frame(keys, values, DecoderOptions()), DecoderOptions())
+    assert kind == "events"
+
+
+# --- literal documents orjson.dumps cannot write ---------------------------------------------------
+
+LITERAL_VALUES = [
+    b'{"u":{"a":{"t":3,"f":0,"v":18446744073709551615}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":18446744073709551616}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":-9223372036854775809}}}',
+    b'{"u":{"a":{"t":5,"f":0,"v":1e400}}}',
+    b'{"u":{"a":{"t":5,"f":0,"v":2}}}',
+    b'{"u":{"a":{"t":3,"f":11.0,"v":1}}}',
+    b'{"u":{"a":{"t":3,"f":1e1,"v":1}}}',
+    b'{"u":{"a":{"t":3.0,"f":0,"v":1}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1,"v":"x"}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":"x","v":1}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1},"a":{"t":3,"f":0,"v":"x"}}}',
+    b'{"u":{"a":{"t":3,"\\u0068":true,"f":0,"v":1}}}',
+    b'{"u":{"a":{"t":3,"h":true,"h":false,"f":0,"v":1}}}',
+    b'{"u":{"a":{"t":15,"f":1,"v":"\\ud800"}}}',
+    b'{"u":{"a":{"t":15,"f":1,"v":"\\u005cx41"}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1}},"d":null}',
+    b'{"d":{"a":{"t":3,"f":0,"v":1}},"u":{"a":{"t":3,"f":0,"v":"x"}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1}},"p":null}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1}}} ',
+    b'{"u":{"a":{"t":3,"f":0,"v":1}}}\x00',
+]
+LITERAL_KEYS = [
+    b'{"ts":1,"scm":"s","tbl":"t","t":1}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1,"t":3}',
+    b'{"ts":1,"ts":-1,"scm":"s","tbl":"t","t":1}',
+    b'{"ts":1.0,"scm":"s","tbl":"t","t":1}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1.0}',
+    b'{"ts":18446744073709551616,"scm":"s","tbl":"t","t":1}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1,"ohk":false}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1,"ohk":0,"ccl":null}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1,"ccl":"x"}',
+    b'{"ts":1,"scm":"s","t":1,"ptn":7}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1,"ptn":7.0}',
+]
+
+
+@pytest.mark.parametrize("key_doc", LITERAL_KEYS)
+@pytest.mark.parametrize("value_doc", LITERAL_VALUES)
+def test_agree_on_literal_documents(key_doc: bytes, value_doc: bytes) -> None:
+    for options in OPTIONS:
+        assert_same(*frame([key_doc], [value_doc], options), options)
+
+
+# --- every type code against every kind of value, exhaustively ---------------------------------
+
+GRID_VALUES: list[Any] = [
+    None, True, False, 0, 1, -1, 7, 2**63, 2**64 - 1, 1.5, -0.0, 1e300, [], [1], {}, {"a": 1},
+    "", "0", "12", "-0.5", "+7", "12.", ".5", ".", "1.2.3", "1..2", "12a", " 1", "1e5", "١٢", "²",
+    "NaN", "YWE=", "YWE", "//79", "5rWL6K+VdGV4dA==", "aGk=\n", "é", "中文", "plain",
+    "\\x89PNG\\r\\n", "\\x4", "\\q", "\\", "a\\", "\\u00e9", "\\U0001f600", "\\101", "\\12", "\\8",
+    "\\\\x41", '\\"', "\\'", "\\\n", "\\N{BULLET}", "2020-01-01 00:00:00", "-838:59:59",
+]  # fmt: skip
+GRID_CODES: list[Any] = [*sorted(set(CODES)), True, 3.0, 5.0, 15.0, 246.0, 252.0, 6.0]
+GRID_SHAPES: list[dict[str, Any]] = [
+    {"f": 0}, {"f": 1}, {"f": 64}, {"f": 65}, {"f": -1}, {"f": -255}, {"f": 255}, {"f": 256},
+    {"f": True}, {"f": 1.0}, {}, {"h": True, "f": 0}, {"h": True, "f": 11}, {"h": True, "f": 1},
+    {"h": False, "f": 1}, {"h": True}, {"h": 1, "f": 2},
+]  # fmt: skip
+
+
+def grid_records() -> list[tuple[bytes, bytes]]:
+    key = b'{"ts":5,"scm":"s","tbl":"t","t":1}'
+    out = []
+    for t in GRID_CODES:
+        for shape in GRID_SHAPES:
+            docs = [dumps({"u": {"c": {"t": t, **shape, "v": v}}}) for v in GRID_VALUES]
+            out.extend(frame([key], [doc], DecoderOptions()) for doc in docs)
+    return out
+
+
+@pytest.mark.parametrize("options", [DecoderOptions(), DecoderOptions(legacy_base64_strings=True)])
+def test_agree_on_every_code_flag_and_value(options: DecoderOptions) -> None:
+    accepted = 0
+    for key, value in grid_records():
+        kind, _ = assert_same(key, value, options)
+        accepted += kind == "events"
+    assert accepted > 1000  # the grid exercises acceptance, not only errors
+
+
+# --- framing: the one-call split of same-length key documents ------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=6), min_size=0, max_size=20), st.binary(max_size=10))
+def test_uniform_key_split_equals_the_general_split(docs: list[bytes], tail: bytes) -> None:
+    buf = U64.pack(1) + b"".join(U64.pack(len(d)) + d for d in docs)
+    for candidate in (buf, buf + tail, buf[: len(buf) - len(tail)]):
+        uniform = framing._split_uniform(candidate, 8)
+        if uniform is None:
+            continue
+        assert uniform and uniform == framing._split(candidate, 8, "key")
+
+
+def test_uniform_key_split_is_used_for_same_length_keys() -> None:
+    docs = [b'{"ts":%d,"t":3}' % ts for ts in range(100, 116)]
+    buf = U64.pack(1) + b"".join(U64.pack(len(d)) + d for d in docs)
+    assert framing._split_uniform(buf, 8) == docs
+    assert framing._split_uniform(buf + b"\x00", 8) is None  # a trailing byte: the general split decides
+    uneven = U64.pack(1) + b"".join(U64.pack(len(d)) + d for d in [b"{}", b'{"a":1}'])
+    assert framing._split_uniform(uneven, 8) is None
+
+
+# --- the fast path is really taken ------------------------------------------------------------
+
+
+def test_current_producer_records_never_need_the_careful_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agreement alone would also hold for a fast path that always gives up: check that what
+    current TiCDC sends (handle-key h markers, every common type, NULLs, updates with partial old
+    images, deletes, partitioned tables, resolved events) stays on the fast path."""
+    calls: list[Any] = []
+    careful = decoder._careful_event
+    monkeypatch.setattr(decoder, "_careful_event", lambda *a: calls.append(a) or careful(*a))
+    row = {
+        "id": {"t": 3, "h": True, "f": 11, "v": 1},
+        "big": {"t": 8, "f": 128, "v": 2**64 - 1},
+        "name": {"t": 15, "f": 64, "v": "名前"},
+        "bin": {"t": 254, "f": 65, "v": "\\x89PNG\\r\\n"},
+        "amount": {"t": 246, "f": 64, "v": "-12.50"},
+        "day": {"t": 10, "f": 64, "v": "2024-05-01"},
+        "blob": {"t": 252, "f": 65, "v": "AAEC"},
+        "text": {"t": 252, "f": 64, "v": "aGk="},
+        "score": {"t": 5, "f": 64, "v": 2},
+        "json": {"t": 245, "f": 64, "v": "{}"},
+        "none": {"t": 12, "f": 64, "v": None},
+    }
+    keys = [
+        {"ts": 10, "scm": "db", "tbl": "tb", "t": 1},
+        {"ts": 11, "scm": "db", "tbl": "tb", "t": 1},
+        {"ts": 12, "scm": "db", "tbl": "tb", "t": 1, "ptn": 7},
+        {"ts": 13, "scm": "db", "tbl": "tb", "t": 1},
+        {"ts": 14, "t": 3},
+    ]
+    values = [{"u": row}, {"u": row, "p": {"amount": row["amount"]}}, {"d": row}, {"u": row, "p": row}, None]
+    docs = [b"" if v is None else dumps(v) for v in values]
+    for options in (DecoderOptions(), DecoderOptions(compression="lz4")):
+        events = decode_record(
+            *frame([dumps(k) for k in keys], docs, options),
+            topic="tp",
+            partition=1,
+            offset=2,
+            options=options,
+        )
+        assert len(events) == 5
+        assert events[0].new["bin"]["v"] == b"\x89PNG\r\n" and events[0].new["text"]["v"] == "hi"
+    assert calls == []
+
+
+def test_events_are_ordinary_instances() -> None:
+    """The fast path builds events without calling __init__: they must be indistinguishable."""
+    key, value = frame(
+        [b'{"ts":7,"scm":"s","tbl":"t","t":1}'], [b'{"u":{"a":{"t":3,"f":2,"v":1}}}'], OPTIONS[0]
+    )
+    (event,) = decode_record(key, value, topic="tp", partition=1, offset=2)
+    expected = RowEvent(
+        7, "s", "t", RowKind.INSERT, {"a": {"t": 3, "f": 2, "v": 1}}, None, None, Position("tp", 1, 2, 0)
+    )
+    assert event == expected and repr(event) == repr(expected)
+    assert type(event) is RowEvent and type(event.pos) is Position
