@@ -138,6 +138,7 @@ class WindowApplier:
         self._before_commit = before_commit
         self._backoff = backoff or Backoff(initial=0.2, maximum=10.0)
         self._conn: pymysql.connections.Connection | None = None
+        self._maybe_committed = False
         self.stats = ApplyStats()
         self.log = get_logger(component="apply")
         # Retry notifications raised on the apply thread wait here for the daemon's thread
@@ -162,6 +163,27 @@ class WindowApplier:
         close_quietly(self._conn)
         self._conn = None
         _ = self.conn
+        # The lost connection may have died during COMMIT, after the server committed: the next
+        # attempt must first ask the checkpoint whether the transaction landed (keyless INSERTs
+        # are not idempotent, so replaying a committed window would duplicate rows).
+        self._maybe_committed = True
+
+    def _already_committed(self, window: Window) -> bool:
+        """After a reconnect: did the previous attempt of ``window`` commit after all?"""
+        if not self._maybe_committed:
+            return False
+        self._maybe_committed = False
+        with self.conn.cursor() as cur:
+            if window.ddl is not None:
+                landed = self._store.ddl_recorded(cur, window.ddl.commit_ts, window.ddl.query)
+            else:
+                landed = self._store.committed_resolved_ts(cur) >= window.target_ts > window.base_ts
+        if landed:
+            self.log.info(
+                "the transaction committed before the connection was lost; not replaying it",
+                resolved_ts=window.target_ts,
+            )
+        return landed
 
     def close(self) -> None:
         close_quietly(self._conn)
@@ -286,6 +308,8 @@ class WindowApplier:
         window, plan, stmts, queries = prepared.window, prepared.plan, prepared.statements, prepared.queries
 
         def unit() -> None:
+            if self._already_committed(window):
+                return
             conn = self.conn
             clock = time.monotonic
             bind = 0.0
@@ -335,6 +359,8 @@ class WindowApplier:
         plan = plan_ddl(ddl.query, ddl.ddl_type, ddl.schema, self._dialect)
 
         def unit() -> None:
+            if self._already_committed(window):
+                return
             conn = self.conn
             try:
                 with conn.cursor() as cur:

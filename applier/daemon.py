@@ -58,7 +58,7 @@ class Daemon:
     POLL_TIMEOUT = 0.1
     LOCK_CHECK_SECONDS = 5.0
     DRAIN_SECONDS = 30.0
-    MERGE_MAX_ROWS = 25000
+    MERGE_MAX_ROWS = 50_000
     """Merge ready windows into one transaction up to about this many rows (``--max-txn-rows``
     caps it further): big enough that commits cost nothing, small enough that the window in
     flight and the rows read meanwhile stay well within memory, and that applying and reading

@@ -178,6 +178,26 @@ class CheckpointStore:
         """Whether this exact DDL (same commit ts, same text) was already executed."""
         return (commit_ts, ddl_digest(query)) in ckpt.applied_ddls
 
+    def committed_resolved_ts(self, cur: pymysql.cursors.Cursor) -> int:
+        """The stored global resolved ts, read in the caller's session (0 for a new changefeed).
+
+        Used after a lost connection to learn whether an ambiguous COMMIT actually landed.
+        """
+        cur.execute(
+            f"SELECT `resolved_ts` FROM {self._t('changefeed')} WHERE `changefeed` = %s", (self.changefeed,)
+        )
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def ddl_recorded(self, cur: pymysql.cursors.Cursor, commit_ts: int, query: str) -> bool:
+        """Whether this exact DDL is recorded as executed, read in the caller's session."""
+        cur.execute(
+            f"SELECT 1 FROM {self._t('applied_ddl')} WHERE `changefeed` = %s AND `commit_ts` = %s "
+            "AND `query_digest` = %s",
+            (self.changefeed, commit_ts, ddl_digest(query)),
+        )
+        return cur.fetchone() is not None
+
     # -- writing inside the caller's transaction ----------------------------------------------
 
     def claim(self, conn: pymysql.connections.Connection, owner: str) -> None:
