@@ -41,12 +41,15 @@ import pymysql
 from applier.downstream.errors import is_transient
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
+from applier.logs import get_logger
 
 __all__ = ["ActiveLock", "LockLost", "LockWait", "lock_name"]
 
 LOCK_PREFIX: Final = "ticdc_applier:"
 MAX_LOCK_NAME: Final = 64  # MySQL 5.7+ rejects longer user-level lock names
 
+
+_log = get_logger(component="lock")
 
 class LockLost(RuntimeError):
     """The single-active lock is gone: stop applying, another instance may already be active."""
@@ -209,22 +212,43 @@ class ActiveLock:
     def is_held(self) -> bool:
         """Ask the server whether our lock session still holds the lock (one round trip).
 
-        A dead lock session means the lock is gone; this marks it lost for good.
+        When the lock session failed (a network blip, a killed session), the lock is re-taken at
+        once if it is free, on a new session; otherwise it is lost for good. Re-taking is safe
+        because the lock is only the first line: every checkpoint write is fenced by the owner
+        token (``CheckpointStore.claim``), so an instance that took over in between makes our next
+        commit fail with ``FencedOut``.
         """
         if not self._held or self._lost.is_set():
             return False
+        error: BaseException | None = None
         try:
             with self._mutex:
                 if self._conn is None:
                     holds = False
                 else:
                     holds = self._query_one("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.name,)) == 1
-        except Exception:
-            # Any failure of the lock session counts as loss: we can no longer prove we hold it.
+        except Exception as exc:
+            error = exc
             holds = False
+        if not holds:
+            holds = self._retake()
+            _log.warning(
+                "single-active lock session failed" + ("; lock re-taken" if holds else "; lock lost"),
+                lock=self.name,
+                error=repr(error) if error is not None else "the lock is held by another session",
+            )
         if not holds:
             self._mark_lost()
         return holds
+
+    def _retake(self) -> bool:
+        """Open a new lock session and take the lock if nobody holds it now (no waiting)."""
+        try:
+            with self._mutex:
+                self._open()
+                return self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
+        except Exception:
+            return False
 
     def ensure_held(self, *, check: bool = False) -> None:
         """Raise :class:`LockLost` unless the lock is held. ``check=False`` trusts the heartbeat
