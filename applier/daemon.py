@@ -1,6 +1,8 @@
 """``applier run``: the streaming daemon's main loop.
 
-Kafka -> decode -> listeners/barrier -> window -> SQL -> database + checkpoint, in one thread.
+Kafka -> decode -> listeners/barrier -> window -> SQL -> database + checkpoint. The main thread
+reads, decodes and builds (and binds) the next window while an apply thread commits the
+previous one; a window is marked applied only after its commit.
 The loop reads a batch of records, feeds each partition's listener, applies every window the
 barrier releases (each in one downstream transaction with its checkpoint), commits the group
 offsets for monitoring, and applies back-pressure. Signals only set a flag: the window in flight
