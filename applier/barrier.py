@@ -1,12 +1,20 @@
 """The shared resolved/DDL barrier: decides what the daemon may apply next, across all partitions.
 
-Rules (open-protocol.md sections 5 and 6):
+Rules (docs/open-protocol.md §5):
 
-- The global resolved ts is the minimum of the partitions' resolved ts: only below it is the set of
-  rows complete, because a partition behind it may still deliver rows.
-- A DDL with commit ts D runs once, only when every partition has reached it (has it pending, or
-  has resolved >= D), after every row < D and before any row > D. While a DDL is pending anywhere,
-  rows are released only up to D - 1.
+- The global resolved ts (the watermark) is the minimum of the partitions' resolved ts: only at or
+  below it is the set of rows complete, because a partition behind it may still deliver first
+  copies. Rows are released in commit-ts order across partitions up to it, whatever partition a
+  key arrived on (the window is sorted and collapsed by the SQL planner).
+- A partition that never held a record (``set_empty``) does not hold the watermark back: TiCDC
+  keeps writing to the partition count it started with, so extra partitions can stay empty for
+  good. The moment one delivers a record it counts again (its first rows are above every resolved
+  ts already broadcast, so nothing applied meanwhile can be below them).
+- DDLs are queued (each partition keeps its broadcast copy) and run once each, in commit-ts order,
+  when the watermark has reached their ts D: every first copy below D has been delivered by then,
+  on every partition, including rows of tables the DDL does not block, which the new architecture
+  may deliver after the DDL itself. Rows below D are applied first, the DDL alone, then rows
+  above it. Nothing here waits for a DDL to arrive on every partition: the watermark says more.
 - Nothing is removed from memory until the daemon reports the window applied
   (``mark_applied``): ``next_window`` is a pure function of the current state, so a failed
   transaction can be retried with the same window.
@@ -21,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from applier.codec.events import DDLEvent, Event, RowEvent
-from applier.listener import PartitionListener
+from applier.listener import KeylessVersions, PartitionListener
 from applier.progress import CheckpointState, DDLKey, SharedProgress, TableKey, ddl_key
 from applier.window import Window
 
@@ -33,8 +41,9 @@ class StaleWindowError(RuntimeError):
 class Barrier:
     """Owns one ``PartitionListener`` per partition of the topic and the shared applied progress.
 
-    All partitions are known up front: the global resolved ts needs every one of them, and a
-    partition that has not delivered anything yet holds the barrier at the checkpoint's ts.
+    The global resolved ts needs every partition: one that has not delivered anything yet holds
+    the barrier at the checkpoint's ts, unless it is known to be empty (``set_empty``). Partitions
+    added to the topic while the daemon runs join with ``add_partition``.
     """
 
     def __init__(self, partitions: Iterable[int], state: CheckpointState | None = None) -> None:
@@ -43,9 +52,31 @@ class Barrier:
         if not parts:
             raise ValueError("a barrier needs at least one partition")
         self._progress = SharedProgress(state)
+        self._versions = KeylessVersions()
+        self._empty: set[int] = set()
         self._listeners: dict[int, PartitionListener] = {
-            p: PartitionListener(p, self._progress, state.offsets.get(p)) for p in parts
+            p: PartitionListener(p, self._progress, state.offsets.get(p), self._versions) for p in parts
         }
+
+    def add_partition(self, partition: int, start_offset: int | None = None) -> None:
+        """A partition added to the topic while running. Until it delivers a resolved ts it holds
+        the watermark at the applied ts (rows already cached stay cached), unless ``set_empty``."""
+        if partition in self._listeners:
+            raise ValueError(f"partition {partition} is already read")
+        self._listeners[partition] = PartitionListener(
+            partition, self._progress, start_offset, self._versions
+        )
+        self._listeners = dict(sorted(self._listeners.items()))
+
+    def set_empty(self, partition: int, empty: bool) -> None:
+        """Whether ``partition`` never held a record (read to its end, nothing in it): an empty
+        partition does not hold the watermark back. Cleared before its first record is fed."""
+        if partition not in self._listeners:
+            raise KeyError(partition)
+        if empty:
+            self._empty.add(partition)
+        else:
+            self._empty.discard(partition)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -94,8 +125,12 @@ class Barrier:
     # ------------------------------------------------------------------ the barrier
 
     def global_resolved(self) -> int:
-        """Minimum over partitions of their resolved ts (DDL-implied ``D - 1`` included)."""
-        return min(lst.resolved for lst in self._listeners.values())
+        """Minimum over the partitions (empty ones left out) of their resolved ts: the watermark."""
+        empty = self._empty
+        return min(
+            (lst.resolved for p, lst in self._listeners.items() if p not in empty),
+            default=self._progress.applied_ts,
+        )
 
     def _min_pending_ddl_ts(self) -> int | None:
         return min(
@@ -106,16 +141,14 @@ class Barrier:
     def _first_ddl_at(self, ts: int) -> DDLEvent:
         """The DDL at ``ts`` to run first: arrival order of the lowest partition holding one.
 
-        Several DDLs can share a commit ts; each partition receives them in the producer's order.
+        Several DDLs can share a commit ts (TiCDC splits multi-table DDLs into one event per table,
+        all at one ts); they are written in the producer's order to every partition.
         """
         for lst in self._listeners.values():
             for ddl in lst.pending_ddls():
                 if ddl.commit_ts == ts:
                     return ddl
         raise AssertionError("no pending DDL at the minimum pending ts")
-
-    def _is_reached(self, key: DDLKey) -> bool:
-        return all(lst.has_pending_ddl(key) or lst.resolved >= key[0] for lst in self._listeners.values())
 
     def next_window(
         self, max_rows: int | None = None, *, merge: bool = True, after: Window | None = None
@@ -129,7 +162,8 @@ class Barrier:
           whole commit ts: transactions are added in ts order while the total stays <= max_rows
           (always at least one). ``target_ts`` is T when every row <= T is included, else the
           last included commit ts.
-        - Else, the DDL at D is reached by every partition: a DDL window (target D - 1).
+        - Else, the lowest pending DDL's ts D is at or below the watermark: a DDL window
+          (target D - 1). A DDL above the watermark waits, however many partitions hold it.
         - Else, T > applied ts: an empty window that only moves the applied ts to T (the daemon
           may skip the database transaction but should still call ``mark_applied``).
 
@@ -164,10 +198,8 @@ class Barrier:
                 return self._build(target, None, g)
         if after is not None:
             return None
-        if ddl_ts is not None:
-            ddl = self._first_ddl_at(ddl_ts)
-            if self._is_reached(ddl_key(ddl)):
-                return self._build(ddl_ts - 1, ddl, g)
+        if ddl_ts is not None and ddl_ts <= self.global_resolved():
+            return self._build(ddl_ts - 1, self._first_ddl_at(ddl_ts), g)
         if target > g:
             return self._build(target, None, g)
         return None
@@ -237,7 +269,10 @@ class Barrier:
 
     def holding_back(self) -> int:
         """The partition with the smallest resolved ts (lowest id on ties): the one the barrier waits for."""
-        return min(self._listeners.values(), key=lambda lst: (lst.resolved, lst.partition)).partition
+        waiting = [lst for p, lst in self._listeners.items() if p not in self._empty]
+        return min(
+            waiting or self._listeners.values(), key=lambda lst: (lst.resolved, lst.partition)
+        ).partition
 
     def total_cached_rows(self) -> int:
         return sum(lst.cached_rows for lst in self._listeners.values())

@@ -1,14 +1,14 @@
 """The catch-up's window and its DDL epochs: pure functions of the control events read.
 
-- A partition's resolved ts is the highest resolved ts read from it, a DDL at D counting as D - 1
-  (it is broadcast after every earlier row of the partition), never below the checkpoint: the
-  daemon's listener rule.
+- A partition's resolved ts is the highest resolved ts read from it, never below the checkpoint:
+  the daemon's listener rule. A DDL implies none: in the new architecture rows of the tables it
+  does not block may follow it with a smaller ts (docs/open-protocol.md §5).
 - R, the end of the window, is the smallest of them over all partitions (capped by ``--until``):
   only up to R is the set of rows complete. Rows with ``lower < ts <= R`` are applied, where
   ``lower`` is max(--from-ts, the checkpoint's applied ts).
 - A DDL with commit ts D, ``lower < D <= R`` and not yet recorded as applied, splits the window:
-  rows ``<= D - 1`` first, then the DDL, then rows ``>= D``. With R >= D every partition has passed
-  the DDL, so it runs exactly when the daemon's barrier would run it. DDLs above R are left to
+  rows ``<= D - 1`` first, then the DDL, then rows ``>= D``. With R >= D every first copy below D
+  has been delivered, so it runs exactly when the daemon's barrier would run it. DDLs above R are left to
   the daemon (the resume offsets keep them ahead of it). Several DDLs may share a commit ts; they
   run in the order the lowest partition holding them received them, as the barrier does.
 """
@@ -52,9 +52,8 @@ def partition_resolved(controls: Iterable[Control], partitions: Iterable[int], f
     """Each partition's resolved ts (module docstring); ``floor`` for partitions that gave none."""
     out = dict.fromkeys(partitions, floor)
     for c in controls:
-        ts = c.ts if c.ddl is None else c.ts - 1
-        if ts > out.get(c.partition, floor):
-            out[c.partition] = ts
+        if c.ddl is None and c.ts > out.get(c.partition, floor):
+            out[c.partition] = c.ts
     return out
 
 

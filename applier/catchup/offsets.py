@@ -27,7 +27,7 @@ from typing import Protocol
 
 from applier.catchup.tso import PHYSICAL_SHIFT
 from applier.codec.decoder import DecoderOptions, decode_record
-from applier.codec.events import DDLEvent, ResolvedEvent
+from applier.codec.events import ResolvedEvent
 from applier.kafka.reader import KafkaReadError, base_consumer_config
 
 EARLIEST = "earliest"
@@ -240,7 +240,7 @@ class KafkaOffsets:
         return out
 
     def _max_resolved(self, partition: int, start: int, end: int, options: DecoderOptions) -> int | None:
-        """Highest resolved ts (a DDL at D counting as D - 1) in records ``[start, end)``."""
+        """Highest resolved ts in records ``[start, end)`` (a DDL implies none: docs/open-protocol.md §5)."""
         from confluent_kafka import KafkaError, TopicPartition
 
         c = self._consumer
@@ -274,13 +274,8 @@ class KafkaOffsets:
                         offset=off,
                         options=options,
                     ):
-                        ts = (
-                            ev.ts
-                            if isinstance(ev, ResolvedEvent)
-                            else (ev.commit_ts - 1 if isinstance(ev, DDLEvent) else None)
-                        )
-                        if ts is not None and (best is None or ts > best):
-                            best = ts
+                        if isinstance(ev, ResolvedEvent) and (best is None or ev.ts > best):
+                            best = ev.ts
             return best
         finally:
             c.unassign()

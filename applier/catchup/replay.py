@@ -4,21 +4,21 @@ Keyed rows need no replay detection here: a replayed copy carries the same image
 commit ts, and the writers collapse every key to its last op by (commit ts, delete before insert),
 so copies change nothing. Keyless rows are different: an INSERT applied twice leaves two rows, and
 telling a replayed copy from a second identical row of the same transaction needs the whole
-history of the partition (open-protocol.md section 5; ``applier.listener`` rules 2-5). Rather than
+history of the partition (docs/open-protocol.md §5; ``applier.listener`` rules 2-4). Rather than
 re-implement that, the driver feeds each partition's skeleton (:mod:`applier.catchup.rows`) to a
 real :class:`~applier.listener.PartitionListener`, record by record in offset order:
 
 - keyless rows come with their images and are kept or dropped exactly as the daemon would;
 - keyed rows come as light stubs (real commit ts and table, a one-column handle-key image) so the
-  pass, replay-horizon and resume-offset bookkeeping sees every table's commit ts in order. Their
+  resolved-horizon and resume-offset bookkeeping sees every record that holds a row. Their
   tables' skip threshold is set to R, so stubs at or below R are counted and forgotten; stubs
   above R stay cached, which is what makes ``resume_offset`` point at the first record holding an
   unapplied keyed row.
 
 After the pass, the kept keyless rows at or below R are the ones to apply, and marking R applied
 (with the DDLs up to R) gives each listener's ``resume_offset``: the daemon's own answer to "where
-does a restarted daemon read from so that nothing above R is skipped", moved back to the records
-that set the replay horizon so that a daemon started there takes the same keep/drop decisions.
+does a restarted daemon read from so that nothing above R is skipped", moved back to the record
+of the resolved ts in force there so that a daemon started there drops the same copies.
 """
 
 from __future__ import annotations
@@ -153,8 +153,8 @@ def replay_skeleton(
                     events.append(RowEvent(ts, scm, tbl, kinds[cols["op"][j]], _KEYED_STUB, None, None, pos))
                 else:
                     img = cols["img"][j]
-                    new, old = load_images(img) if img is not None else (_KEYLESS_STUB, None)
-                    events.append(RowEvent(ts, scm, tbl, kinds[cols["op"][j]], new, old, None, pos))
+                    new, old, rid = load_images(img) if img is not None else (_KEYLESS_STUB, None, None)
+                    events.append(RowEvent(ts, scm, tbl, kinds[cols["op"][j]], new, old, None, pos, rid))
                     digest = cols["rec"][j]
             elif kind == RESOLVED:
                 events.append(ResolvedEvent(ts, pos))

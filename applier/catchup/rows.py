@@ -18,14 +18,14 @@ One Arrow row per event (:data:`SPARK_SCHEMA`):
 - ``skel``: the row belongs to the *skeleton* the driver replays through the daemon's
   ``PartitionListener`` (see :mod:`applier.catchup.replay`): every control event, every keyless
   row, and for keyed rows the first and last of each table in each record (all of them when their
-  commit ts decrease inside the record) — enough for the listener's replay and pass rules, which
-  look at a record's rows per table in order, at a fraction of the volume;
+  commit ts decrease inside the record) — enough for the listener to know whether a record still
+  holds a row above R (its resume offset), at a fraction of the volume;
 - ``rec``: a digest of a record holding keyless rows (the listener's byte-identical-record rule);
 - ``lo``: the smallest commit ts of the ops a collapsed row stands for (its own ts otherwise).
 
-A keyed row at or below the highest resolved ts already read from its partition (a DDL at D
-counting as D - 1) is a replayed copy of a row read before: the daemon's listener drops it (its
-rule 2), and so do the readers, keeping only its skeleton stub.
+A keyed row at or below the highest resolved ts already read from its partition is a replayed
+copy of a row read before: the daemon's listener drops it (its rule 2), and so do the readers,
+keeping only its skeleton stub. A DDL implies nothing about other tables' rows.
 
 Skeleton stubs of keyed rows never carry images: the rows the writers apply are separate rows
 (``skel`` false). With ``collapse_upto`` B, the reader already keeps only the last op of each
@@ -100,14 +100,17 @@ _INSERT, _UPDATE, _DELETE = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
 _MAX_TS = (1 << 63) - 1
 
 
-def dump_images(new: Row | None, old: Row | None) -> bytes:
+def dump_images(new: Row | None, old: Row | None, row_id: int | None = None) -> bytes:
     """Both images, pickled as they are (dicts of Column dicts): C-speed both ways, and the
-    writers get back exactly the objects ``plan_table`` takes, with no conversion."""
-    return pickle.dumps((new, old), _PICKLE)
+    writers get back exactly the objects ``plan_table`` takes, with no conversion. A keyless row's
+    ``rid`` travels along: it is what tells a replayed copy from a second identical row."""
+    return pickle.dumps((new, old) if row_id is None else (new, old, row_id), _PICKLE)
 
 
-def load_images(blob: bytes) -> tuple[Row | None, Row | None]:
-    return pickle.loads(blob)
+def load_images(blob: bytes) -> tuple[Row | None, Row | None, int | None]:
+    """(new, old, rid) of a blob made by ``dump_images`` (or a bare ``(new, old)`` pickle)."""
+    images = pickle.loads(blob)
+    return images[0], images[1], images[2] if len(images) > 2 else None
 
 
 def handle_key(row: Row) -> tuple[tuple[str, ...], tuple[Any, ...]]:
@@ -156,7 +159,7 @@ class BatchBuilder:
         self._best: dict[tuple[int, str, str], dict[tuple[Any, ...], list[Any]]] = {}
         self._best_keys = 0
         self._segment = 0
-        # per partition: highest resolved ts read so far (a DDL at D counting as D - 1)
+        # per partition: highest resolved ts read so far
         self._obs: dict[int, int] = {}
         self._key_names: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.records = 0
@@ -216,8 +219,8 @@ class BatchBuilder:
                     obs = ev.ts
                 self._append(RESOLVED, partition, offset, i, min(ev.ts, _MAX_TS))
             elif isinstance(ev, DDLEvent):
-                if obs is None or ev.commit_ts - 1 > obs:
-                    obs = ev.commit_ts - 1
+                # No resolved ts implied: rows of tables the DDL does not block may still follow
+                # with a smaller ts (docs/open-protocol.md §5).
                 self._segment += 1  # never collapse across a DDL record (see module docstring)
                 self._append(
                     DDL,
@@ -245,7 +248,7 @@ class BatchBuilder:
             if keyed:
                 self._add_keyed(partition, offset, i, ev, in_skel, replay)
             else:
-                img = dump_images(ev.new, ev.old) if ev.commit_ts > self.lower_ts else None
+                img = dump_images(ev.new, ev.old, ev.row_id) if ev.commit_ts > self.lower_ts else None
                 self._append(
                     ROW,
                     partition,
@@ -387,11 +390,13 @@ def rebuild_row_events(
     """((schema, table), RowEvent) of every ROW row that carries images, in batch order."""
     names = ("part", "off", "idx", "ts", "scm", "tbl", "op", "img")
     kinds = {int(k): RowKind(k) for k in RowKind}
-    loads = pickle.loads
     for part, off, idx, ts, scm, tbl, op, img in zip(
         *(batch.column(name).to_pylist() for name in names), strict=True
     ):
         if img is None:
             continue
-        new, old = loads(img)
-        yield (scm, tbl), RowEvent(ts, scm, tbl, kinds[op], new, old, None, Position(topic, part, off, idx))
+        new, old, rid = load_images(img)
+        yield (
+            (scm, tbl),
+            RowEvent(ts, scm, tbl, kinds[op], new, old, None, Position(topic, part, off, idx), rid),
+        )

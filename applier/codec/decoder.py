@@ -95,7 +95,7 @@ _plans: dict[DecoderOptions, tuple[ValuePlan, Decompressor | None]] = {}
 # classes, importing the decoder fails instead of building incomplete events.
 _new = object.__new__
 _POSITION_FIELDS = ("topic", "partition", "offset", "index")
-_ROW_EVENT_FIELDS = ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos")
+_ROW_EVENT_FIELDS = ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos", "row_id")
 
 
 def _check_event_layout() -> None:
@@ -171,6 +171,7 @@ def _large_row(
     tbl: str,
     ptn: int | None,
     pos: Position,
+    rid: int | None = None,
 ) -> RowEvent | None:
     """What an ``ohk``/``ccl`` event's value carries, decoded like any row, if it carries a row."""
     if not vdoc:
@@ -179,7 +180,7 @@ def _large_row(
     if "u" not in val and "d" not in val and "p" not in val:
         return None
     kind, new, old = _row_images(val, plan)
-    return RowEvent(ts, scm, tbl, kind, new, old, ptn, pos)
+    return RowEvent(ts, scm, tbl, kind, new, old, ptn, pos, rid)
 
 
 def _malformed(
@@ -219,6 +220,9 @@ def _careful_event(
             ptn = k.get("ptn")
             if ptn is not None and type(ptn) is not int:
                 raise Problem("key ptn is not an integer")
+            rid = k.get("rid")
+            if rid is not None and type(rid) is not int:
+                raise Problem("key rid is not an integer")
             ohk = k.get("ohk")
             ccl = k.get("ccl")
             large = ohk or ccl is not None
@@ -231,7 +235,7 @@ def _careful_event(
                 vdoc = decompress(vdoc)
             doc = vdoc
             if large:
-                row = _large_row(vdoc, plan, ts, scm, tbl, ptn, pos)
+                row = _large_row(vdoc, plan, ts, scm, tbl, ptn, pos, rid)
                 return LargeMessageEvent(ts, scm, tbl, bool(ohk), ccl, row, pos)
             if not vdoc:
                 raise Problem("row event has an empty value")
@@ -239,7 +243,7 @@ def _careful_event(
             if type(val) is not dict:
                 raise Problem("value JSON is not an object")
             row_kind, new, old = _row_images(val, plan)
-            return RowEvent(ts, scm, tbl, row_kind, new, old, ptn, pos)
+            return RowEvent(ts, scm, tbl, row_kind, new, old, ptn, pos, rid)
         if kind == KIND_RESOLVED and type(kind) is int:
             return ResolvedEvent(ts, pos)
         if kind == KIND_DDL and type(kind) is int:
@@ -361,12 +365,15 @@ def decode_record(
                 if len(k) == 4:  # the four fields TiCDC always sends, and nothing else
                     scm = k["scm"]
                     tbl = k["tbl"]
-                    ptn = None
+                    ptn = rid = None
                 else:
                     scm = k.get("scm", "")
                     tbl = k.get("tbl", "")
                     ptn = k.get("ptn")
-                    if ptn is not None and type(ptn) is not int:
+                    rid = k.get("rid")
+                    if (ptn is not None and type(ptn) is not int) or (
+                        rid is not None and type(rid) is not int
+                    ):
                         raise _Slow
                     if k.get("ohk") or k.get("ccl") is not None:
                         raise _Slow  # a large message
@@ -447,6 +454,7 @@ def decode_record(
                 event.old = old
                 event.partition_id = ptn
                 event.pos = pos
+                event.row_id = rid
                 append(event)
                 continue
             if kind is _RESOLVED:

@@ -76,6 +76,10 @@ class RowEvent:
     old: Row | None
     partition_id: int | None  # ``ptn``: physical partition of a partitioned table, informational
     pos: Position
+    # ``rid``: the row's int handle (int primary key, or ``_tidb_rowid`` of a table without a
+    # clustered key), sent by the classic architecture only. For a keyless table it is the
+    # row's identity (docs/open-protocol.md §5).
+    row_id: int | None = None
 
 
 @dataclass(slots=True)

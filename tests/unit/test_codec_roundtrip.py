@@ -229,8 +229,9 @@ def event(draw: st.DrawFn, style: Style) -> tuple[dict[str, Any], dict[str, Any]
     ptn = draw(st.none() | INT64)
     if ptn is not None:
         key["ptn"] = ptn
-    if draw(st.booleans()):
-        key["rid"] = draw(INT64)
+    rid = draw(st.none() | INT64)
+    if rid is not None:
+        key["rid"] = rid
     new_wire, new = draw(row_image(style))
     if what == "insert":
         value, kind, exp_new, exp_old = {"u": new_wire}, RowKind.INSERT, new, None
@@ -251,7 +252,7 @@ def event(draw: st.DrawFn, style: Style) -> tuple[dict[str, Any], dict[str, Any]
             old_wire[name], old[name] = draw(column(style))
         value, kind, exp_new = {"u": new_wire, "p": old_wire}, RowKind.UPDATE, new
         exp_old = {name: old.get(name, new[name]) for name in new}
-    return key, value, lambda pos: RowEvent(ts, scm, tbl, kind, exp_new, exp_old, ptn, pos)
+    return key, value, lambda pos: RowEvent(ts, scm, tbl, kind, exp_new, exp_old, ptn, pos, rid)
 
 
 COMPRESSORS = {None: None, "snappy": cramjam.snappy.compress_raw, "lz4": cramjam.lz4.compress}

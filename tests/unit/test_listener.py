@@ -16,7 +16,7 @@ from applier.codec.events import (
     RowKind,
 )
 from applier.listener import LargeMessageNotSupported, PartitionListener
-from applier.progress import CheckpointState, SharedProgress, ddl_digest, ddl_key
+from applier.progress import CheckpointState, SharedProgress, ddl_key
 from applier.window import is_keyless
 
 
@@ -34,11 +34,13 @@ def keyed(ts: int, key: int, value: str = "v", table: str = "k", kind: RowKind =
     return RowEvent(ts, "db", table, kind, image, None, None, _pos())
 
 
-def keyless(ts: int, a: int, b: str = "x", table: str = "n", kind: RowKind = RowKind.INSERT) -> RowEvent:
+def keyless(
+    ts: int, a: int, b: str = "x", table: str = "n", kind: RowKind = RowKind.INSERT, rid: int | None = None
+) -> RowEvent:
     image = {"a": {"t": 3, "f": FLAG_NULLABLE, "v": a}, "b": {"t": 15, "f": FLAG_NULLABLE, "v": b}}
     if kind is RowKind.DELETE:
-        return RowEvent(ts, "db", table, kind, None, image, None, _pos())
-    return RowEvent(ts, "db", table, kind, image, None, None, _pos())
+        return RowEvent(ts, "db", table, kind, None, image, None, _pos(), rid)
+    return RowEvent(ts, "db", table, kind, image, None, None, _pos(), rid)
 
 
 def resolved(ts: int) -> ResolvedEvent:
@@ -114,15 +116,6 @@ def test_row_at_or_below_partition_resolved_is_a_replay() -> None:
     assert [r.commit_ts for r in cached(lst)] == [10, 20, 21]
 
 
-def test_row_below_table_max_is_a_replay_but_other_tables_are_independent() -> None:
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(keyed(30, 1, table="a"))
-    feed(keyed(20, 9, table="b"))  # another table: not ordered against table a
-    feed(keyed(25, 2, table="a"))  # table a went backwards: replay copy
-    assert sorted((r.table, r.commit_ts) for r in cached(lst)) == [("a", 30), ("b", 20)]
-
-
 def test_keyed_identical_copy_at_max_ts_is_kept_and_harmless_by_design() -> None:
     lst, _ = make()
     feed = Feeder(lst)
@@ -139,65 +132,6 @@ def test_keyless_identical_rows_of_one_transaction_are_all_kept() -> None:
     assert len(cached(lst)) == 3
 
 
-def test_keyless_replay_after_the_stream_went_back_is_dropped() -> None:
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(resolved(10))
-    feed(keyless(20, 1), keyless(30, 7), keyless(30, 7))
-    # Producer restarts from 10: resends everything above it.
-    feed(resolved(10))
-    feed(keyless(20, 1), keyless(30, 7), keyless(30, 7))
-    assert [(r.commit_ts, r.new["a"]["v"]) for r in cached(lst)] == [(20, 1), (30, 7), (30, 7)]
-
-
-def test_keyless_replay_detected_by_an_older_resolved() -> None:
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(resolved(10))
-    feed(resolved(20))
-    feed(keyless(30, 7))
-    feed(resolved(10))  # an older resolved: a replay starts
-    feed(keyless(30, 7))
-    assert len(cached(lst)) == 1
-
-
-def test_keyless_replay_delivers_the_copies_missing_from_the_first_pass() -> None:
-    """The producer crashed after sending 1 of 3 identical rows; the replay (from an older
-    checkpoint, so it starts with an older resolved ts) sends all 3."""
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(resolved(10))
-    feed(resolved(20))
-    feed(keyless(30, 7))
-    feed(resolved(10), keyless(30, 7), keyless(30, 7), keyless(30, 7))
-    assert len(cached(lst)) == 3
-
-
-def test_keyless_counts_are_per_content_and_kind() -> None:
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(resolved(10))
-    feed(keyless(30, 1), keyless(30, 2), keyless(30, 1, kind=RowKind.DELETE))
-    feed(resolved(5))
-    feed(keyless(30, 2), keyless(30, 2), keyless(30, 1, kind=RowKind.DELETE))
-    kept = [(r.kind, (r.new or r.old)["a"]["v"]) for r in cached(lst)]
-    assert sorted(kept) == sorted(
-        [(RowKind.INSERT, 1), (RowKind.INSERT, 2), (RowKind.DELETE, 1), (RowKind.INSERT, 2)]
-    )
-
-
-def test_known_limitation_keyless_replay_without_backwards_signal_is_duplicated() -> None:
-    """Documented limitation: the producer restarts and resends the interrupted transaction first,
-    with nothing in front that goes backwards; an identical keyless copy then cannot be told apart
-    from another identical row of the same transaction. Pinned so a fix updates this test."""
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(resolved(10))
-    feed(keyless(30, 7))
-    feed(keyless(30, 7))  # really a replay, accepted as a second row
-    assert len(cached(lst)) == 2
-
-
 def test_is_keyless_looks_at_both_images() -> None:
     assert is_keyless(keyless(1, 1))
     assert is_keyless(keyless(1, 1, kind=RowKind.DELETE))
@@ -206,20 +140,6 @@ def test_is_keyless_looks_at_both_images() -> None:
 
 
 # ---------------------------------------------------------------------------- DDL
-
-
-def test_ddl_is_queued_once_and_implies_resolved_ts_minus_one() -> None:
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(keyed(10, 1))
-    feed(ddl(50))
-    assert lst.resolved == 49  # a DDL at 50 implies resolved 49, not 50
-    feed(ddl(50))  # a replay of the broadcast
-    assert [d.commit_ts for d in lst.pending_ddls()] == [50]
-    assert lst.has_pending_ddl((50, ddl_digest("ALTER TABLE k ADD COLUMN c INT")))
-    feed(keyed(40, 2))  # below the DDL: a replay
-    feed(keyed(51, 3))
-    assert [r.commit_ts for r in cached(lst)] == [10, 51]
 
 
 def test_ddls_sharing_a_commit_ts_are_distinct() -> None:
@@ -313,80 +233,6 @@ def test_resume_offset_start_then_next_record() -> None:
     assert unknown.resume_offset() is None
 
 
-def test_resume_offset_is_oldest_record_with_unapplied_row_or_ddl() -> None:
-    lst, progress = make(start=0)
-    lst.feed(0, [keyed(10, 1)])
-    lst.feed(1, [resolved(10)])
-    lst.feed(2, [keyed(30, 2)])
-    lst.feed(3, [keyed(20, 3, table="b")])
-    lst.feed(4, [resolved(20)])
-    lst.feed(5, [ddl(40)])
-    assert lst.resume_offset() == 0
-    # oldest unapplied is row 30 at 2; the horizon (resolved 10) was set at 1
-    assert lst.resume_offset(after_applied_ts=10) == 1
-    # oldest unapplied is the DDL at 5; horizon: resolved 20 at 4, but table k's max 30 (set at 2)
-    # is above it and must be known again after a restart
-    assert lst.resume_offset(after_applied_ts=30) == 2
-    # nothing left: next record is 6; the DDL at 5 set the horizon to 39
-    assert lst.resume_offset(after_applied_ts=39, excluding_ddl=ddl_key(ddl(40))) == 5
-    progress.applied_ts = 20
-    lst.discard_applied()
-    assert lst.resume_offset() == 1
-
-
-def test_resume_offset_rereads_the_record_that_set_the_resolved_horizon() -> None:
-    """The horizon (resolved 25) was read before the oldest unapplied row: restarting after it would
-    forget that a later row at ts <= 25 is a replay, which changes keyless pass counting."""
-    lst, progress = make(start=0)
-    lst.feed(0, [resolved(25)])
-    lst.feed(1, [keyless(30, 1)])
-    assert lst.resume_offset() == 0
-    progress.applied_ts = 25
-    lst.discard_applied()
-    assert lst.resume_offset() == 0
-    assert lst.resume_offset(after_applied_ts=30) == 0  # still: resolved 25 is the horizon at 2
-
-
-def test_resume_offset_rereads_table_max_above_the_resolved_horizon() -> None:
-    lst, progress = make(start=0)
-    lst.feed(0, [resolved(10)])
-    lst.feed(1, [keyed(50, 1, table="y")])  # table y max 50 > horizon 10 + 1
-    lst.feed(2, [keyless(60, 1)])
-    progress.applied_ts = 55
-    lst.discard_applied()
-    assert lst.resume_offset() == 0  # obs record 0 <= table-max record 1 <= row record 2
-
-
-def test_keyless_decisions_survive_a_restart_at_the_resume_offset() -> None:
-    """Restarting from resume_offset reproduces the first listener's cache exactly."""
-    records = [
-        [resolved(10)],
-        [keyed(50, 1, table="y")],
-        [keyless(60, 1)],
-        [keyed(45, 1, table="y")],  # replay (y went backwards): new pass
-        [keyless(60, 1)],  # replayed copy: must be dropped by both listeners
-        [resolved(55)],
-    ]
-    first, progress = make(CheckpointState(applied_ts=0), start=0)
-    for off, evs in enumerate(records):
-        first.feed(off, evs)
-    progress.applied_ts = 55
-    first.discard_applied()
-    resume = first.resume_offset()
-    assert resume is not None
-    second, _ = make(CheckpointState(applied_ts=55), start=resume)
-    for off, evs in enumerate(records):
-        if off >= resume:
-            second.feed(off, evs)
-    assert len(cached(first)) == len(cached(second)) == 1
-    # What both see next is decided identically too: another replay, then a new row at 60.
-    later = [[resolved(40)], [keyless(60, 1)], [keyless(60, 1), keyless(60, 2)]]
-    for off, evs in enumerate(later, start=len(records)):
-        first.feed(off, evs)
-        second.feed(off, evs)
-    assert [r.new["a"]["v"] for r in cached(first)] == [r.new["a"]["v"] for r in cached(second)] == [1, 1, 2]
-
-
 def test_discard_applied_drops_rows_and_the_applied_ddl() -> None:
     lst, progress = make()
     feed = Feeder(lst)
@@ -397,35 +243,6 @@ def test_discard_applied_drops_rows_and_the_applied_ddl() -> None:
     assert cached(lst) == []
     assert lst.pending_ddls() == []
     assert lst.cached_rows == 0 and lst.cached_bytes == 0
-
-
-def test_rows_replayed_inside_a_replay_do_not_split_its_pass() -> None:
-    """Inside one replay every replayed row is old; that must not restart counting, or the missing
-    second identical row of an interrupted transaction would be taken for a replay."""
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(resolved(10))
-    feed(keyed(50, 1, table="y"))
-    feed(resolved(55))
-    feed(keyless(60, 7))  # producer crashes after the first of two identical rows
-    feed(resolved(10))  # replay from checkpoint 10
-    feed(keyed(50, 1, table="y"))  # replayed, old: dropped, same pass
-    feed(keyless(60, 7))  # replayed copy of the first row: dropped
-    feed(keyed(50, 2, table="z"), keyless(60, 7))  # the second identical row, first sent now
-    assert [r.table for r in cached(lst)] == ["y", "n", "n"]
-    assert lst.stats.passes == 1
-
-
-def test_a_record_that_goes_backwards_starts_its_pass_with_its_first_event() -> None:
-    """A record is written by one producer session, so all of it belongs to the new pass."""
-    lst, _ = make()
-    feed = Feeder(lst)
-    feed(resolved(10))
-    feed(keyless(60, 7), keyless(70, 1, table="m"))
-    # Replay record: its first event looks new (ts == max), the second goes backwards.
-    feed(keyless(70, 1, table="m"), keyless(55, 7, table="n"))
-    assert len(cached(lst)) == 2
-    assert lst.stats.passes == 1
 
 
 def _restart_equivalence(records: list[list], applied_ts: int) -> tuple[PartitionListener, PartitionListener]:
@@ -445,19 +262,142 @@ def _restart_equivalence(records: list[list], applied_ts: int) -> tuple[Partitio
     return first, second
 
 
-def test_restart_rereads_a_table_max_written_before_a_lagging_resolved() -> None:
-    """Row y@50 was written before resolved 40 (resolved ts lag behind rows). The later replay
-    session is only recognisable by y going back below 50: a restart must know that max."""
-    first, second = _restart_equivalence(
-        [
-            [keyed(50, 1, table="y")],
-            [resolved(40)],
-            [keyless(60, 1)],
-            [keyed(45, 1, table="y")],  # a new producer session: below y's max, above resolved 40
-            [keyless(60, 1)],  # its copy of the row above: a replay
-            [resolved(55)],
-        ],
-        applied_ts=55,
-    )
-    assert first.resume_offset() == 0
-    assert len(cached(first)) == len(cached(second)) == 1
+# ---------------------------------------------------------------------------- producer orders
+# docs/open-protocol.md §5: nothing but the resolved ts and the version's identity tells a copy.
+
+
+def test_older_first_copies_of_a_table_after_newer_rows_are_kept_in_ts_order() -> None:
+    """Physical partitions of one table flushed independently, or a late first copy (B, A, B):
+    every row above the partition's resolved ts is kept and handed out in commit-ts order."""
+    lst, _ = make()
+    feed = Feeder(lst)
+    feed(resolved(10))
+    feed(keyed(30, 1, "b"))  # B
+    feed(keyed(20, 1, "a"), keyed(25, 2))  # A, older, arrives later: a first copy, not a replay
+    feed(keyed(30, 1, "b"))  # B again
+    assert [(r.commit_ts, r.new["val"]["v"]) for r in cached(lst)] == [
+        (20, "a"),
+        (25, "v"),
+        (30, "b"),
+        (30, "b"),
+    ]
+    assert lst.stats.rows_replayed == 0
+
+
+def test_a_ddl_says_nothing_about_rows_of_other_tables() -> None:
+    """New architecture: a DDL at D waits only for the tables it blocks; rows of other tables
+    below D may follow it on the partition, and they are first copies."""
+    lst, _ = make()
+    feed = Feeder(lst)
+    feed(ddl(50))
+    assert lst.resolved == 0 and lst.observed_resolved is None
+    feed(keyed(40, 1, table="other"))
+    assert [r.commit_ts for r in cached(lst)] == [40]
+    feed(ddl(50))  # a replayed broadcast copy
+    feed(ddl(45, "CREATE TABLE z (id INT PRIMARY KEY)", "z"))  # DDLs out of ts order
+    assert [d.commit_ts for d in lst.pending_ddls()] == [50, 45]
+    assert lst.min_pending_ddl_ts() == 45
+
+
+def test_keyless_copies_with_rid_are_dropped_exactly() -> None:
+    lst, _ = make()
+    feed = Feeder(lst)
+    feed(resolved(10))
+    feed(keyless(30, 1, rid=1), keyless(30, 1, rid=2))  # two identical rows of one transaction
+    feed(keyless(30, 1, rid=2))  # replayed copy of the second (partial first copies)
+    feed(keyless(30, 1, rid=1), keyless(30, 1, rid=2), keyless(30, 1, rid=3))  # replay + a new row
+    feed(keyless(30, 1, rid=1, kind=RowKind.DELETE))  # same rid, other kind: another version
+    assert sorted((r.row_id, r.kind) for r in cached(lst)) == [
+        (1, RowKind.INSERT),
+        (1, RowKind.DELETE),
+        (2, RowKind.INSERT),
+        (3, RowKind.INSERT),
+    ]
+    assert lst.stats.rows_replayed == 3
+
+
+def test_keyless_versions_are_shared_by_the_partitions_and_forgotten_once_applied() -> None:
+    from applier.listener import KeylessVersions
+
+    progress = SharedProgress(CheckpointState())
+    versions = KeylessVersions()
+    p0 = PartitionListener(0, progress, 0, versions)
+    p1 = PartitionListener(1, progress, 0, versions)
+    p0.feed(0, [keyless(30, 1, rid=7)])
+    p1.feed(0, [keyless(30, 1, rid=7)])  # the key moved partitions (partition count grew)
+    assert len(cached(p0)) == 1 and cached(p1) == []
+    progress.applied_ts = 30
+    p0.discard_applied()
+    p1.discard_applied()
+    p1.feed(1, [keyless(30, 1, rid=7)])  # at or below the applied ts: rule 1
+    p1.feed(2, [keyless(31, 1, rid=7)])
+    assert [r.commit_ts for r in cached(p1)] == [31]
+
+
+def test_keyless_without_rid_drops_only_byte_identical_records_and_warns_once() -> None:
+    from structlog.testing import capture_logs
+
+    lst, _ = make()
+    with capture_logs() as logs:
+        lst.feed(0, [keyless(30, 1), keyless(30, 1)], raw=(b"k", b"v1"))
+        lst.feed(1, [keyless(30, 1)], raw=(b"k", b"v2"))  # another record: a third identical row
+        lst.feed(2, [keyless(30, 1), keyless(30, 1)], raw=(b"k", b"v1"))  # the same bytes again
+    assert len(cached(lst)) == 3
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1 and warnings[0]["table"] == "n"
+
+
+def test_keyed_rows_never_take_the_keyless_path() -> None:
+    lst, _ = make()
+    lst.feed(0, [keyed(30, 1)], raw=(b"k", b"v"))
+    lst.feed(1, [keyed(30, 1)], raw=(b"k", b"v"))
+    assert len(cached(lst)) == 2
+
+
+# ---------------------------------------------------------------------------- resume offsets
+
+
+def test_resume_offset_is_the_oldest_unapplied_record_moved_back_to_its_resolved() -> None:
+    lst, progress = make(start=0)
+    lst.feed(0, [keyed(10, 1)])
+    lst.feed(1, [resolved(10)])
+    lst.feed(2, [keyed(30, 2)])
+    lst.feed(3, [keyed(20, 3, table="b")])  # older first copy of another table
+    lst.feed(4, [resolved(30)])
+    lst.feed(5, [ddl(40)])
+    assert lst.resume_offset() == 0
+    # oldest unapplied is row 30 at 2 (row 20 at 3 is applied); resolved 10 in force there is
+    # at or below the applied ts: no need to go back
+    assert lst.resume_offset(after_applied_ts=20) == 2
+    assert lst.resume_offset(after_applied_ts=9) == 0
+    # only the DDL at 5 is left; resolved 30 in force there is not above the applied ts
+    assert lst.resume_offset(after_applied_ts=30) == 5
+    # the DDL and every row applied: the next record
+    assert lst.resume_offset(after_applied_ts=39, excluding_ddl=ddl_key(ddl(40))) == 6
+    progress.applied_ts = 10
+    lst.discard_applied()
+    assert lst.resume_offset() == 2
+
+
+def test_a_restart_at_the_resume_offset_drops_the_same_copies() -> None:
+    """Rows at or below a resolved ts read before the oldest unapplied record are copies; the
+    restarted listener must read that resolved ts again to drop them too."""
+    records = [
+        [resolved(25)],
+        [keyless(30, 1)],
+        [keyless(20, 1)],  # a copy (<= 25): dropped by rule 2
+        [keyless(40, 2)],
+        [resolved(35)],
+    ]
+    first, progress = make(CheckpointState(applied_ts=0), start=0)
+    for off, evs in enumerate(records):
+        first.feed(off, evs)
+    progress.applied_ts = 15
+    first.discard_applied()
+    resume = first.resume_offset()
+    assert resume == 0
+    second, _ = make(CheckpointState(applied_ts=15), start=resume)
+    for off, evs in enumerate(records):
+        if off >= resume:
+            second.feed(off, evs)
+    assert [r.commit_ts for r in cached(first)] == [r.commit_ts for r in cached(second)] == [30, 40]
