@@ -1,6 +1,6 @@
 """DDL handling rules: which DDL events to run, how, and TiDB-only clause removal.
 
-:func:`plan_ddl` decides per DDL event (open-protocol.md sections 6 and 8):
+:func:`plan_ddl` decides per DDL event (docs/open-protocol.md §6 and §8):
 
 - skip DDL types that mean nothing outside TiDB (:data:`SKIP_DDL_TYPES`: the protocol's list —
   13 rebase auto id, 16 shard row id, 27/28/29 lock/unlock/repair, 30/31 TiFlash replica — plus

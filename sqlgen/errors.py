@@ -1,6 +1,6 @@
 """Classifying MySQL/MariaDB error codes for the DDL and DML appliers.
 
-The code sets come from TiCDC's MySQL sink (open-protocol.md section 6). The classes say what
+The code sets come from TiCDC's MySQL sink (docs/open-protocol.md §6). The classes say what
 the caller should do; retry policy, backoff and logging are the caller's business.
 
 - ``ALREADY_APPLIED``: a DDL error meaning the change is already there (table exists, column

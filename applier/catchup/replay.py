@@ -3,8 +3,8 @@
 Keyed rows need no replay detection here: a replayed copy carries the same image at the same
 commit ts, and the writers collapse every key to its last op by (commit ts, delete before insert),
 so copies change nothing. Keyless rows are different: an INSERT applied twice leaves two rows, and
-telling a replayed copy from a second identical row of the same transaction needs the whole
-history of the partition (docs/open-protocol.md §5; ``applier.listener`` rules 2-4). Rather than
+telling a replayed copy from a second identical row needs the resolved ts read so far and the
+row's ``rid`` (docs/open-protocol.md §5.3, §5.6; ``applier.listener`` rules 2-4). Rather than
 re-implement that, the driver feeds each partition's skeleton (:mod:`applier.catchup.rows`) to a
 real :class:`~applier.listener.PartitionListener`, record by record in offset order:
 

@@ -1,1 +1,1 @@
-"""TiCDC Open Protocol codec: Kafka record bytes -> typed events (see ../shared/docs/open-protocol.md)."""
+"""TiCDC Open Protocol codec: Kafka record bytes -> typed events (see docs/open-protocol.md)."""

@@ -1,4 +1,4 @@
-"""Value decompression (``large-message-handle-compression``, open-protocol.md section 1).
+"""Value decompression (``large-message-handle-compression``, docs/open-protocol.md §1.4).
 
 TiCDC compresses each row/DDL value JSON on its own and puts no marker in the message, so the
 algorithm comes from configuration. ``cramjam`` is used because it offers both snappy's *raw block*

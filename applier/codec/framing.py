@@ -1,4 +1,4 @@
-"""Kafka record framing of the TiCDC Open Protocol (open-protocol.md section 1).
+"""Kafka record framing of the TiCDC Open Protocol (docs/open-protocol.md §1).
 
 Key: 8-byte big-endian version (must be 1), then ``[8-byte BE length, key JSON]*``.
 Value: ``[8-byte BE length, value JSON]*``. The i-th key document belongs to the i-th value

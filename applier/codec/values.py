@@ -1,4 +1,4 @@
-"""Column values: wire form -> what the database needs (open-protocol.md section 4).
+"""Column values: wire form -> what the database needs (docs/open-protocol.md §4).
 
 This is the hot path of the whole applier, so it is organised around two lookup tables built once
 per option set (see :class:`ValuePlan`):
@@ -33,7 +33,7 @@ from applier.codec.problem import Problem
 
 Conv = Callable[[Any, int], Any]
 
-# Type codes (open-protocol.md section 4).
+# Type codes (docs/open-protocol.md §4).
 TINYINT, SMALLINT, INT, FLOAT, DOUBLE, NULL, TIMESTAMP, BIGINT, MEDIUMINT = 1, 2, 3, 4, 5, 6, 7, 8, 9
 DATE, TIME, DATETIME, YEAR, NEWDATE, VARCHAR, BIT = 10, 11, 12, 13, 14, 15, 16
 VECTOR, JSON, DECIMAL, ENUM, SET = 225, 245, 246, 247, 248

@@ -1,5 +1,5 @@
 """decode_record: framing, event kinds, rows, DDL, resolved, large messages, compression and every
-class of malformed input (open-protocol.md sections 1-3 and 7)."""
+class of malformed input (docs/open-protocol.md §1-§3 and §7)."""
 
 from __future__ import annotations
 

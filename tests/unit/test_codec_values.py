@@ -1,4 +1,4 @@
-"""Column values of every type code and flag (open-protocol.md sections 3-4), through decode_record.
+"""Column values of every type code and flag (docs/open-protocol.md §3-§4), through decode_record.
 
 Each test frames a one-column row event the way TiCDC does and checks the decoded Column dict:
 exact ints, floats, exact decimals, strings, bytes from Go-quoted and base64 values, NULLs, flags.

@@ -156,7 +156,7 @@ _BLOB_CODES = {249, 250, 251, 252}
 
 
 def read_record(key: bytes, value: bytes, compression: str | None) -> list[tuple[dict, dict | None]]:
-    """(key JSON, value JSON or None for an empty value) pairs of one record, per section 1."""
+    """(key JSON, value JSON or None for an empty value) pairs of one record, per docs/open-protocol.md §1."""
     (version,) = struct.unpack(">Q", key[:8])
     assert version == 1
     keys, values = [], []
