@@ -1,6 +1,6 @@
 """The shared resolved/DDL barrier: decides what the daemon may apply next, across all partitions.
 
-Rules (docs/open-protocol.md §5):
+Rules (docs/open-protocol.md §5.5; the producer facts they rest on are §5.1-§5.4 and §5.7):
 
 - The global resolved ts (the watermark) is the minimum of the partitions' resolved ts: only at or
   below it is the set of rows complete, because a partition behind it may still deliver first

@@ -4,8 +4,8 @@ The Kafka loop calls ``PartitionListener.feed`` with the decoded events of each 
 order. The listener keeps the rows that still need applying (grouped by commit ts), the DDLs that
 wait for the barrier and the partition's resolved ts, and drops the copies it can prove are copies.
 
-What the producers guarantee, and nothing more (docs/open-protocol.md §5): delivery is at least
-once; a resolved event R on a partition is TiCDC's persisted checkpoint, so every first copy with
+What the producers guarantee, and nothing more (docs/open-protocol.md §5.1-§5.4): delivery is at
+least once; a resolved event R on a partition is TiCDC's persisted checkpoint, so every first copy with
 commit ts <= R was delivered before it, and every replay restarts at or above it. First copies are
 *not* in commit-ts order on a partition: the physical partitions of a partitioned table, a span
 restarted after a failed produce ("B, then A, then B again") and, in the new architecture, the
@@ -14,11 +14,11 @@ infers a replay from the order in which rows arrive. A row is dropped only when:
 
 1. ``commit_ts <= max(applied ts, the table's checkpoint ts)``: applied before (the checkpoint).
 2. ``commit_ts <= the highest resolved ts read on this partition``: the first copy came before that
-   resolved event, so this is a copy (§5, resolved events). Only resolved events count: a DDL
-   says nothing about the rows of the tables it does not block (§5, DDLs).
+   resolved event, so this is a copy (§5.3). Only resolved events count: a DDL says nothing about
+   the rows of the tables it does not block (§5.4).
 3. Keyless rows (no handle-key column) that carry ``rid`` (classic architecture: the row's int
    handle, ``_tidb_rowid``): the version ``(table, commit ts, kind, rid)`` was already kept, on any
-   partition (a key may move partitions when the partition count grows). Exact.
+   partition (a key may move partitions when the partition count grows, §5.7). Exact (§5.6).
 4. Keyless rows without ``rid`` (new architecture): a replayed row cannot be told from a second
    identical row of the same transaction. The only copy recognised is a byte-identical copy of an
    earlier record of this partition holding keyless rows above its resolved ts (a producer retry
@@ -131,7 +131,7 @@ class KeylessVersions:
             self._log = get_logger(component="listener")
         self._log.warning(
             "keyless table without rid: a replayed row above the resolved ts cannot be told from a "
-            "second identical row and may be applied twice (docs/open-protocol.md §5)",
+            "second identical row and may be applied twice (docs/open-protocol.md §5.6)",
             schema=table[0],
             table=table[1],
             topic=pos.topic,
@@ -507,7 +507,7 @@ class PartitionListener:
         return False
 
     def _on_resolved(self, offset: int, ts: int) -> None:
-        # An older resolved ts comes with a replay: it says nothing new (docs/open-protocol.md §5).
+        # An older resolved ts comes with a replay: it says nothing new (docs/open-protocol.md §5.3).
         if self._obs is not None and ts <= self._obs:
             if ts < self._obs:
                 self.stats.resolved_ignored += 1

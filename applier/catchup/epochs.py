@@ -2,7 +2,7 @@
 
 - A partition's resolved ts is the highest resolved ts read from it, never below the checkpoint:
   the daemon's listener rule. A DDL implies none: in the new architecture rows of the tables it
-  does not block may follow it with a smaller ts (docs/open-protocol.md §5).
+  does not block may follow it with a smaller ts (docs/open-protocol.md §5.4).
 - R, the end of the window, is the smallest of them over all partitions (capped by ``--until``):
   only up to R is the set of rows complete. Rows with ``lower < ts <= R`` are applied, where
   ``lower`` is max(--from-ts, the checkpoint's applied ts).

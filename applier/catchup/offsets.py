@@ -240,7 +240,9 @@ class KafkaOffsets:
         return out
 
     def _max_resolved(self, partition: int, start: int, end: int, options: DecoderOptions) -> int | None:
-        """Highest resolved ts in records ``[start, end)`` (a DDL implies none: docs/open-protocol.md §5)."""
+        """Highest resolved ts in records ``[start, end)``.
+
+        A DDL implies none (docs/open-protocol.md §5.4)."""
         from confluent_kafka import KafkaError, TopicPartition
 
         c = self._consumer

@@ -220,7 +220,7 @@ class BatchBuilder:
                 self._append(RESOLVED, partition, offset, i, min(ev.ts, _MAX_TS))
             elif isinstance(ev, DDLEvent):
                 # No resolved ts implied: rows of tables the DDL does not block may still follow
-                # with a smaller ts (docs/open-protocol.md §5).
+                # with a smaller ts (docs/open-protocol.md §5.4).
                 self._segment += 1  # never collapse across a DDL record (see module docstring)
                 self._append(
                     DDL,

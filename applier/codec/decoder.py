@@ -1,4 +1,4 @@
-"""TiCDC Open Protocol decoder: one Kafka record -> its events (open-protocol.md sections 1-4).
+"""TiCDC Open Protocol decoder: one Kafka record -> its events (docs/open-protocol.md §1-§4).
 
 ``decode_record`` is the applier's hot path. It frames the record, parses every key and value
 document with orjson, validates and converts column values in place (see values.py). Every kind

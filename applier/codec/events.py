@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-# Column flag bits (open-protocol.md section 3).
+# Column flag bits (docs/open-protocol.md §3).
 FLAG_BINARY = 0x01
 FLAG_HANDLE_KEY = 0x02
 FLAG_GENERATED = 0x04
@@ -78,7 +78,7 @@ class RowEvent:
     pos: Position
     # ``rid``: the row's int handle (int primary key, or ``_tidb_rowid`` of a table without a
     # clustered key), sent by the classic architecture only. For a keyless table it is the
-    # row's identity (docs/open-protocol.md §5).
+    # row's identity (docs/open-protocol.md §5.6).
     row_id: int | None = None
 
 

@@ -279,7 +279,7 @@ def test_resume_offsets_keep_unapplied_ddl_and_rows() -> None:
 
 def test_rows_of_other_tables_below_a_ddl_that_arrive_after_it_are_applied_before_it() -> None:
     """New architecture: ALTER TABLE k waits for k's rows only; a row of table "o" below the
-    DDL's ts may follow the DDL on a partition (docs/open-protocol.md §5)."""
+    DDL's ts may follow the DDL on a partition (docs/open-protocol.md §5.4)."""
     b = Barrier([0, 1])
     f = Feeds(b)
     f.broadcast(ddl(50))
