@@ -239,7 +239,8 @@ class Daemon:
             lost_offset_advice=self._lost_offset_advice(),
         )
         partitions = self.reader.discover_partitions()
-        start = start_offsets(partitions, ckpt.offsets, bool(ckpt.resolved_ts or ckpt.offsets), cfg.start)
+        has_checkpoint = ckpt.topic is not None or bool(ckpt.resolved_ts or ckpt.offsets)  # a window written
+        start = start_offsets(partitions, ckpt.offsets, has_checkpoint, cfg.start)
         state = CheckpointState(
             applied_ts=ckpt.resolved_ts,
             table_ts=ckpt.tables,

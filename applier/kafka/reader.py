@@ -6,8 +6,9 @@ offsets stored in the downstream checkpoint. The group id is still used to commi
 each database commit, for monitoring tools only.
 
 "End of partition" is learned by fetching (librdkafka's partition EOF events), never from the
-watermark offsets, which some Kafka-protocol brokers get wrong. The broker's offset listing is
-only asked through ``OffsetOracle`` (so tests can fake it), and only to describe a lost offset.
+watermark offsets, which some Kafka-protocol brokers get wrong. The reader asks the broker's
+offset listing itself only through ``OffsetOracle`` (so tests can fake it), and only to describe
+a lost offset (``--start latest`` is resolved by librdkafka).
 
 Lost offsets. A stored offset that Kafka no longer has (retention deleted it, or the topic was
 deleted and recreated) must stop the daemon, never move it silently: moving forward would skip
