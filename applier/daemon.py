@@ -7,6 +7,14 @@ The loop reads a batch of records, feeds each partition's listener, applies ever
 barrier releases (each in one downstream transaction with its checkpoint), commits the group
 offsets for monitoring, and applies back-pressure. Signals only set a flag: the window in flight
 is finished (or rolled back) and the process exits 0.
+
+Partitions: every partition resumes at the offset stored in the checkpoint. One without a stored
+offset starts at ``--start`` when the changefeed has no checkpoint yet, else at its beginning
+(it was added while the daemon was stopped, or never delivered a record: starting at its end
+would lose rows). An offset Kafka no longer has stops the daemon (``OffsetOutOfRange``, with
+what the operator can do), never a silent jump. Partitions the topic gains while the daemon runs
+are added, and partitions that stay empty are reported to the barrier
+(``applier.partition_watch``).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType
 
 from applier.apply import ApplyError, PendingApply, PreparedWindow, Stopping, WindowApplier
@@ -33,6 +41,7 @@ from applier.kafka.reader import KafkaReadError, PartitionReader
 from applier.listener import LargeMessageNotSupported
 from applier.logs import configure, get_logger
 from applier.observer import Observer, Observers
+from applier.partition_watch import PartitionWatch
 from applier.progress import CheckpointState
 from applier.redact import redact_text
 from checkpoint import CheckpointStore, FencedOut
@@ -51,6 +60,20 @@ def _detect_dialect(conn) -> Dialect:
         cur.execute("SELECT VERSION()")
         (version,) = cur.fetchone()
     return MARIADB if "mariadb" in str(version).lower() else MYSQL
+
+
+def start_offsets(
+    partitions: Iterable[int], stored: Mapping[int, int], has_checkpoint: bool, start: str
+) -> dict[int, int | str]:
+    """Where each partition is read from at start-up: its stored offset, else ``start`` or earliest.
+
+    ``--start`` (earliest/latest) is for a changefeed's very first run. Once it has a checkpoint,
+    a partition without a stored offset was added while the daemon was stopped, or has not
+    delivered a record yet: starting at its end would lose the rows written there meanwhile,
+    while starting at its beginning loses nothing (what the checkpoint covers is skipped).
+    """
+    unread = "earliest" if has_checkpoint else start
+    return {p: stored.get(p, unread) for p in partitions}
 
 
 class Daemon:
@@ -107,6 +130,7 @@ class Daemon:
         self.reader: PartitionReader | None = None
         self.applier: WindowApplier | None = None
         self.barrier: Barrier | None = None
+        self.watch: PartitionWatch | None = None
 
     # -- signals -------------------------------------------------------------------------------
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
@@ -207,9 +231,16 @@ class Daemon:
                 "use another --group-id or reset the checkpoint"
             )
 
-        self.reader = PartitionReader(cfg.kafka_bootstrap, cfg.topic, cfg.group_id, cfg.kafka_config)
+        self.reader = PartitionReader(
+            cfg.kafka_bootstrap,
+            cfg.topic,
+            cfg.group_id,
+            cfg.kafka_config,
+            lost_offset_advice=self._lost_offset_advice(),
+        )
         partitions = self.reader.discover_partitions()
-        start: dict[int, int | str] = {p: ckpt.offsets.get(p, cfg.start) for p in partitions}
+        has_checkpoint = ckpt.topic is not None or bool(ckpt.resolved_ts or ckpt.offsets)  # a window written
+        start = start_offsets(partitions, ckpt.offsets, has_checkpoint, cfg.start)
         state = CheckpointState(
             applied_ts=ckpt.resolved_ts,
             table_ts=ckpt.tables,
@@ -227,6 +258,8 @@ class Daemon:
             on_retry=self.observer.on_retry,
             before_commit=self.lock.ensure_held,
         )
+        unsettled = [p for p in partitions if p not in ckpt.offsets]
+        self.watch = PartitionWatch(self.reader, self.barrier, self.log, ckpt.offsets, unsettled)
         self.reader.assign(start)
         self.log.info(
             "started",
@@ -238,6 +271,18 @@ class Daemon:
         self.observer.on_ready()
         return self._loop()
 
+    def _lost_offset_advice(self) -> str:
+        """What the operator can do about a lost offset (docs/operations.md, "Lost Kafka offsets")."""
+        table = f"`{self.cfg.checkpoint_schema.replace('`', '``')}`.`partition_offset`"
+        group = self.cfg.group_id.replace("'", "''")
+        return (
+            "to go on: if the topic holds every change after the checkpoint's resolved ts (applier "
+            f"status), run DELETE FROM {table} WHERE changefeed = '{group}' and start again "
+            "(partitions without a stored offset are read from their beginning); otherwise restore "
+            "the downstream from a backup and run applier catchup --from-ts with the checkpoint "
+            'cleared (docs/operations.md, "Lost Kafka offsets")'
+        )
+
     # -- the loop ------------------------------------------------------------------------------
     def _loop(self) -> int:
         """Read, decode and feed records; apply what the barrier releases; pace the reading.
@@ -248,6 +293,7 @@ class Daemon:
         raises, so nothing is left half-done and the apply connection is idle when closed.
         """
         assert self.reader is not None and self.barrier is not None and self.applier is not None
+        assert self.watch is not None
         # Cyclic GC: the row cache keeps millions of small containers alive, which the default
         # thresholds rescan over and over (it was a third of the CPU time in the benchmark). The
         # objects of start-up never become garbage: freeze them; collect the young ones rarely.
@@ -257,12 +303,13 @@ class Daemon:
         # back from this (CPU-bound) thread. Python hands it over after the switch interval, once
         # per statement: 5 ms by default, which added seconds per million rows.
         sys.setswitchinterval(self.SWITCH_INTERVAL)
-        reader, barrier, cfg = self.reader, self.barrier, self.cfg
+        reader, barrier, cfg, watch = self.reader, self.barrier, self.cfg, self.watch
         topic, options = cfg.topic, self.options
         next_lock_check = time.monotonic() + self.LOCK_CHECK_SECONDS
         last_holdback_log = 0.0
         bad_input: Exception | None = None
         bad_partitions: set[int] = set()
+        flagged: set[int] = set()  # bad or empty partitions: the only per-record check
         drain_deadline = 0.0
         self._inflight = self._prepared = None
         try:
@@ -284,8 +331,11 @@ class Daemon:
                 for n, rec in enumerate(records, 1):
                     if n % self.HANDOFF_RECORDS == 0 and self._inflight is not None and self._inflight.done():
                         self._apply_ready()  # keep the database busy: hand it the next window now
-                    if rec.partition in bad_partitions:
-                        continue  # after a bad record: never applied (a restart stops at the same record)
+                    if rec.partition in flagged:
+                        if rec.partition in bad_partitions:
+                            continue  # after a bad record: never applied (a restart stops at the same record)
+                        watch.record_arrived(rec.partition)  # was empty: the barrier waits for it again
+                        flagged = bad_partitions | watch.empty
                     try:
                         events = decode_record(
                             rec.key,
@@ -298,6 +348,7 @@ class Daemon:
                     except MalformedRecordError as exc:
                         bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
                         bad_partitions.add(rec.partition)
+                        flagged.add(rec.partition)
                         reader.pause([rec.partition])
                         continue
                     try:
@@ -306,7 +357,10 @@ class Daemon:
                     except LargeMessageNotSupported as exc:
                         bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
                         bad_partitions.add(rec.partition)
+                        flagged.add(rec.partition)
                         reader.pause([rec.partition])
+                if watch.settle():
+                    flagged = bad_partitions | watch.empty
                 applied = self._apply_ready()
                 self.observer.on_tick(barrier, reader, bool(records) or applied)
                 if bad_input is not None and self._drained(drain_deadline, bad_partitions):
@@ -318,6 +372,7 @@ class Daemon:
                 if now >= next_lock_check:
                     self.lock.ensure_held(check=True)  # type: ignore[union-attr]
                     next_lock_check = now + self.LOCK_CHECK_SECONDS
+                watch.add_new(now)  # paced by the reader: one metadata request every 30 s
                 # Back-pressure: stop reading the partitions that are ahead of the barrier when the
                 # cache is over --max-cached-bytes, or when one of them alone is AHEAD_ROWS ahead;
                 # the ones holding the barrier back keep being read, so it always moves.
