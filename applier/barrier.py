@@ -8,8 +8,9 @@ Rules (docs/open-protocol.md §5.5; the producer facts they rest on are §5.1-§
   key arrived on (the window is sorted and collapsed by the SQL planner).
 - A partition that never held a record (``set_empty``) does not hold the watermark back: TiCDC
   keeps writing to the partition count it started with, so extra partitions can stay empty for
-  good. The moment one delivers a record it counts again (its first rows are above every resolved
-  ts already broadcast, so nothing applied meanwhile can be below them).
+  good. The moment one delivers a record it counts again: TiCDC starts writing to it with rows above
+  every resolved ts it had broadcast, so nothing applied meanwhile can be below them, unless its
+  rows were fetched late; that is checked, and stops the daemon rather than skip them.
 - DDLs are queued (each partition keeps its broadcast copy) and run once each, in commit-ts order,
   when the watermark has reached their ts D: every first copy below D has been delivered by then,
   on every partition, including rows of tables the DDL does not block, which the new architecture
@@ -70,13 +71,16 @@ class Barrier:
 
     def set_empty(self, partition: int, empty: bool) -> None:
         """Whether ``partition`` never held a record (read to its end, nothing in it): an empty
-        partition does not hold the watermark back. Cleared before its first record is fed."""
+        partition does not hold the watermark back. Cleared before its first record is fed; its
+        rows must then be above the applied ts (module docstring), which its listener checks
+        until it reads a resolved ts (``RowsBehindWatermark``)."""
         if partition not in self._listeners:
             raise KeyError(partition)
         if empty:
             self._empty.add(partition)
-        else:
+        elif partition in self._empty:
             self._empty.discard(partition)
+            self._listeners[partition].rejoin_floor = self._progress.applied_ts
 
     # ------------------------------------------------------------------ plumbing
 

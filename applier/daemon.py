@@ -38,7 +38,7 @@ from applier.downstream.lock import ActiveLock, LockLost, LockWait
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig, DownstreamConfigError
 from applier.kafka.reader import KafkaReadError, PartitionReader
-from applier.listener import LargeMessageNotSupported
+from applier.listener import LargeMessageNotSupported, RowsBehindWatermark
 from applier.logs import configure, get_logger
 from applier.observer import Observer, Observers
 from applier.partition_watch import PartitionWatch
@@ -155,6 +155,7 @@ class Daemon:
             ApplyError,
             MalformedRecordError,
             LargeMessageNotSupported,
+            RowsBehindWatermark,
             KafkaReadError,
             DownstreamConnectError,
             DownstreamConfigError,
@@ -354,7 +355,7 @@ class Daemon:
                     try:
                         size = len(rec.value or b"") + len(rec.key or b"")
                         barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
-                    except LargeMessageNotSupported as exc:
+                    except (LargeMessageNotSupported, RowsBehindWatermark) as exc:
                         bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
                         bad_partitions.add(rec.partition)
                         flagged.add(rec.partition)

@@ -80,6 +80,28 @@ class LargeMessageNotSupported(NotImplementedError):
         )
 
 
+class RowsBehindWatermark(ValueError):
+    """A partition the barrier had left out as empty delivered a row the watermark already passed.
+
+    TiCDC starts writing to a partition it did not use (the default topic after a changefeed
+    restart, or any topic after its partition count grew) with rows above every resolved ts it had
+    broadcast, so this only happens when those rows were fetched later than a resolved ts read on
+    the other partitions. Rows at or below the applied ts would be skipped: stop instead, naming
+    where, rather than lose them silently. Raised before the listener changes any state.
+    """
+
+    def __init__(self, row: RowEvent, applied_ts: int) -> None:
+        self.position: Position = row.pos
+        p = row.pos
+        super().__init__(
+            f"topic {p.topic!r} partition {p.partition} offset {p.offset}: a row of "
+            f"`{row.schema}`.`{row.table}` at commit ts {row.commit_ts} arrived on a partition that "
+            f"had been empty, after rows up to ts {applied_ts} were applied without it; rows may be "
+            "missing downstream: compare the table with upstream, or reload it (applier catchup), "
+            "before going on (docs/open-protocol.md §5.7)"
+        )
+
+
 @dataclass(slots=True)
 class ListenerStats:
     """Counters for logs and metrics."""
@@ -205,6 +227,9 @@ class PartitionListener:
         self._start_offset = start_offset
         self._last_offset: int | None = None
         self._obs: int | None = None  # highest resolved ts read in this session (rule 2)
+        # Set when the barrier stops treating this partition as empty: until its first resolved
+        # ts, a row at or below this applied ts means the watermark passed it (RowsBehindWatermark).
+        self.rejoin_floor: int | None = None
         # (offset, resolved ts) each time _obs rose, in offset order: for resume offsets.
         self._res_log: list[tuple[int, int]] = []
         # Cache of kept rows.
@@ -342,6 +367,8 @@ class PartitionListener:
                 f"partition {self.partition}: offset {offset} fed after {self._last_offset}; "
                 "records must be fed once each, in offset order"
             )
+        if self.rejoin_floor is not None:
+            self._check_rejoin(events)
         # Pass 1: nothing changes yet (a LargeMessageNotSupported leaves the state untouched).
         # Consecutive rows of one table (the usual record) share one table tuple and its lookups.
         kinds: list[int] = []
@@ -467,6 +494,15 @@ class PartitionListener:
         stats.rows_skipped += skipped
         stats.rows_replayed += replayed
         self._last_offset = offset
+
+    def _check_rejoin(self, events: Sequence[Event]) -> None:
+        floor = self.rejoin_floor
+        for ev in events:
+            if type(ev) is ResolvedEvent:
+                self.rejoin_floor = None  # from here on rule 2 and the watermark cover it
+                return
+            if type(ev) is RowEvent and ev.commit_ts <= floor:  # type: ignore[operator]
+                raise RowsBehindWatermark(ev, floor)  # type: ignore[arg-type]
 
     def _insert_ts(self, ts: int) -> None:
         """A new commit ts below the highest cached one (tables, or spans of one table, out of step)."""

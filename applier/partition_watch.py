@@ -67,7 +67,12 @@ class PartitionWatch:
             if not self.reader.has_delivered(p):
                 self.barrier.set_empty(p, True)
                 self.empty.add(p)
-                self.log.info("partition is empty: the barrier does not wait for it", partition=p)
+                self.log.warning(
+                    "partition is empty: the barrier does not wait for it until it delivers a record "
+                    "(TiCDC does not write to it: its default topic keeps the partition count it "
+                    "started with until the changefeed restarts)",
+                    partition=p,
+                )
                 changed = True
         return changed
 

@@ -328,6 +328,23 @@ def test_an_empty_partition_does_not_hold_the_watermark_until_it_delivers() -> N
     assert ids(drain(b)[0]) == [(25, 2)]
 
 
+def test_a_rejoining_partition_with_rows_the_watermark_passed_stops_instead_of_skipping_them() -> None:
+    from applier.listener import RowsBehindWatermark
+
+    b = Barrier([0, 1])
+    f = Feeds(b)
+    b.set_empty(1, True)
+    f(0, resolved(20))
+    drain(b)
+    b.set_empty(1, False)
+    with pytest.raises(RowsBehindWatermark, match=r"partition 0 offset 0: .* at commit ts 15 .* up to ts 20"):
+        f(1, keyed(25, 1), keyed(15, 2))  # fetched late: 15 was passed by the watermark
+    assert b.listener(1).cached_rows == 0  # nothing of the record was taken
+    b.listener(1).feed(1, [resolved(30)])  # after its first resolved ts, rule 2 covers copies
+    b.listener(1).feed(2, [keyed(10, 3)])
+    assert b.listener(1).stats.rows_skipped == 1
+
+
 def test_a_partition_added_while_running_holds_the_watermark_until_its_resolved() -> None:
     b = Barrier([0])
     f = Feeds(b)
