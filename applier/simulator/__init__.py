@@ -2,7 +2,7 @@
 
 ``applier simulate`` and ``applier demo`` use it to exercise a deployment without TiDB and TiCDC;
 the test suite uses it to drive the applier end to end. It is written from the protocol
-specification (``open-protocol.md``), never from this project's decoder, so that decoding its
+specification (``docs/open-protocol.md``), never from this project's decoder, so that decoding its
 output is an independent check.
 
 Typical use::

@@ -1,9 +1,9 @@
 """TiCDC Open Protocol encoding of simulated events, as TiCDC's Kafka sink writes it.
 
-Written from open-protocol.md (sections 1-4 and 7), independently of the project's decoder so
+Written from docs/open-protocol.md (§1-§4 and §7), independently of the project's decoder so
 that decoding what this module produces is a real test:
 
-* key JSON as each architecture writes it (open-protocol.md section 2): the classic one marshals
+* key JSON as each architecture writes it (docs/open-protocol.md §2): the classic one marshals
   a Go struct, ``{"ts","scm","tbl","rid","ptn","t"}`` in field order with empty fields omitted;
   the new one (TiCDC v9) writes ``{"ts","scm","tbl","t"}`` field by field, ``scm`` and ``tbl``
   even when empty, never ``rid``, and ``ptn`` last;
@@ -69,7 +69,7 @@ class EncoderOptions:
 
 
 def wire_value(type_code: int, flags: int, value: Any, legacy_strings: bool = False) -> Any:
-    """The JSON value TiCDC writes for one column value (open-protocol.md section 4)."""
+    """The JSON value TiCDC writes for one column value (docs/open-protocol.md §4)."""
     if value is None:
         return None
     if type_code in STRING_TYPES:

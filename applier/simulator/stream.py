@@ -1,6 +1,6 @@
 """Turn simulated upstream transactions into the Kafka records a TiCDC changefeed would produce.
 
-What this module reproduces (open-protocol.md sections 1, 2, 5 and 7):
+What this module reproduces (docs/open-protocol.md §1, §2, §5 and §7):
 
 * a realistic TSO clock (``physical_ms << 18 | logical``), strictly increasing;
 * ``CREATE DATABASE`` and one ``CREATE TABLE`` per table first, and an ``ALTER TABLE ... ADD
@@ -17,7 +17,7 @@ What this module reproduces (open-protocol.md sections 1, 2, 5 and 7):
   and now and then a record is sent twice;
 * a final resolved ts broadcast that covers everything.
 
-Producer orders that depend on the architecture and the tables (open-protocol.md section 5),
+Producer orders that depend on the architecture and the tables (docs/open-protocol.md §5.1-§5.4),
 each a :class:`StreamConfig` option; :data:`PRODUCER_MODES` names ready-made combinations:
 
 * ``architecture``: the classic one (TiCDC up to v8.5) sends ``rid`` and writes a DDL only after
@@ -692,7 +692,7 @@ class _Emitter:
                 self._resend(p, checkpoint, rows)
 
     def restart_failed_spans(self) -> None:
-        """The sink restarts after a failed produce ("BAB", open-protocol.md section 5).
+        """The sink restarts after a failed produce ("BAB", docs/open-protocol.md §5.1).
 
         Records produced after the lost one may have landed (newer rows of the same spans). The
         sink is torn down, dropping the rows it had not produced yet, and every span with a

@@ -2,7 +2,7 @@
 
 Each table is described once (columns, indexes) and everything else follows from that the way
 TiDB and TiCDC derive it: the handle key (primary key, else the smallest NOT NULL unique key), the
-column flags sent on the wire (section 3 of open-protocol.md), the MySQL type codes (section 4)
+column flags sent on the wire (docs/open-protocol.md §3.3), the MySQL type codes (§4)
 and the ``CREATE TABLE`` text the DDL events carry. Keeping the derivation in one place is what
 lets the stream, the snapshots and the verifier agree on the same truth.
 """
@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-# MySQL column type codes (open-protocol.md section 4).
+# MySQL column type codes (docs/open-protocol.md §4).
 TYPE_TINY = 1
 TYPE_SHORT = 2
 TYPE_LONG = 3
@@ -41,7 +41,7 @@ TYPE_STRING = 254
 STRING_TYPES = frozenset({TYPE_VARCHAR, 253, TYPE_STRING})
 BLOB_TYPES = frozenset({TYPE_TINY_BLOB, TYPE_MEDIUM_BLOB, TYPE_LONG_BLOB, TYPE_BLOB})
 
-# Column flags (open-protocol.md section 3). Defined here rather than imported from the decoder's
+# Column flags (docs/open-protocol.md §3.3). Defined here rather than imported from the decoder's
 # contract so that the simulator stays an independent implementation of the specification.
 FLAG_BINARY = 0x01
 FLAG_HANDLE_KEY = 0x02
@@ -52,7 +52,7 @@ FLAG_MULTIPLE_KEY = 0x20
 FLAG_NULLABLE = 0x40
 FLAG_UNSIGNED = 0x80
 
-# DDL type codes (open-protocol.md section 8) the simulator emits.
+# DDL type codes (docs/open-protocol.md §8) the simulator emits.
 DDL_CREATE_SCHEMA = 1
 DDL_CREATE_TABLE = 3
 DDL_ADD_COLUMN = 5

@@ -1,6 +1,6 @@
 """The producer orders of PRODUCER_MODES, checked on the records each mode produces.
 
-Every property is a fact about real TiCDC producers (open-protocol.md section 5): what a consumer
+Every property is a fact about real TiCDC producers (docs/open-protocol.md §5): what a consumer
 may rely on (a resolved ts follows every first copy at or below it; restarts begin with a resolved
 ts no higher than the last broadcast one) must hold in every mode, and what a mode exists for
 (rows of one table out of ts order, late first copies, DDLs before older rows of other tables and
@@ -35,7 +35,7 @@ def mode_sim(mode: str, seed: int = 7) -> Simulation:
 
 
 def key_documents(key: bytes) -> list[dict]:
-    """The key JSON documents of a record, in order (framing of open-protocol.md section 1)."""
+    """The key JSON documents of a record, in order (framing of docs/open-protocol.md §1.1)."""
     docs, at = [], 8
     while at < len(key):
         (length,) = struct.unpack_from(">Q", key, at)

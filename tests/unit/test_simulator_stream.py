@@ -1,6 +1,6 @@
 """Shape of the simulated TiCDC stream: batching, broadcasts, ordering, splits, replays, snapshots.
 
-Each property below is a producer guarantee from open-protocol.md section 5 (or a fault the
+Each property below is a producer guarantee from docs/open-protocol.md §5 (or a fault the
 producer is allowed to commit); the snapshot test replays the produced events with a tiny applier
 written here and compares the result with ``expected_snapshot`` at every resolved ts.
 """
