@@ -111,6 +111,11 @@ def _add_stream_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="simulate failed produces: spans restart and first copies arrive after newer rows",
     )
+    p.add_argument(
+        "--ddl-lag",
+        action="store_true",
+        help="write the mid-stream ALTER TABLE late: newer rows of other tables arrive before it",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,6 +37,7 @@ def _stream_config(args: argparse.Namespace):
         row_ids={"auto": None, "on": True, "off": False}[args.row_ids],
         partitioned=args.partitioned,
         late_first_copies=args.late_first_copies,
+        ddl_lag=args.ddl_lag,
     )
     try:
         cfg.validate()

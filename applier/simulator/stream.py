@@ -31,6 +31,9 @@ each a :class:`StreamConfig` option; :data:`PRODUCER_MODES` names ready-made com
 * ``late_first_copies``: a produced record is lost, newer rows of its spans are delivered, then
   the sink restarts and each of those spans re-sends from its own checkpoint: the first copy of
   a lost row arrives after newer rows of its table ("BAB"), still above the last resolved ts;
+* ``ddl_lag``: the mid-stream ``ALTER TABLE X`` is written only just before the next resolved
+  broadcast (the latest a producer may): it blocks X alone (in both architectures), so rows of
+  other tables with a larger ts reach the partitions before it, while X's newer rows wait for it;
 * with replays, also single spans re-created from their own checkpoint, which re-send only their
   part of a transaction's rows (partial first copies).
 
@@ -91,6 +94,7 @@ class StreamConfig:
     architecture: str = "classic"  # "classic" (TiCDC <= v8.5) | "new" (TiCDC v9): DDL order, rid
     partitioned: bool = False  # add ptbl: PARTITION BY HASH, each physical partition its own span
     late_first_copies: bool = False  # failed produces: spans restart, first copies arrive late
+    ddl_lag: bool = False  # the ALTER is written late: other tables' newer rows precede it
 
     def validate(self) -> None:
         """Raise ValueError for settings no TiCDC changefeed could have."""
@@ -159,17 +163,27 @@ PRODUCER_MODES: dict[str, dict[str, Any]] = {
     "classic-partitioned": {"architecture": "classic", "partitioned": True, "replays": False},
     # Failed produces and span restarts: late first copies after newer rows of their table.
     "classic-late-copies": {"architecture": "classic", "late_first_copies": True, "replays": False},
+    # The ALTER is written after newer rows of the tables it does not block.
+    "classic-ddl-lag": {"architecture": "classic", "ddl_lag": True, "replays": False},
     # DDLs wait only for the tables they block; a later CREATE TABLE overtakes the ALTER.
     "new-ddl-order": {"architecture": "new", "replays": False},
+    "new-ddl-lag": {"architecture": "new", "ddl_lag": True, "replays": False},
     "new-partitioned": {"architecture": "new", "partitioned": True, "replays": False},
     # Everything a producer of each architecture may do, replays and duplicates included.
     "all-classic": {
         "architecture": "classic",
         "partitioned": True,
         "late_first_copies": True,
+        "ddl_lag": True,
         "replays": True,
     },
-    "all-new": {"architecture": "new", "partitioned": True, "late_first_copies": True, "replays": True},
+    "all-new": {
+        "architecture": "new",
+        "partitioned": True,
+        "late_first_copies": True,
+        "ddl_lag": True,
+        "replays": True,
+    },
 }
 """Named :class:`StreamConfig` keyword sets, one per producer order (``StreamConfig(**mode)``)."""
 
@@ -498,6 +512,7 @@ class _Emitter:
         self.rng = rng
         self.opts = cfg.encoder_options
         self.spans: dict[Span, list[_Entry]] = {}  # rows held back by their span
+        self.parked: dict[str, list[tuple[int, SimEvent, bool]]] = {}  # rows waiting for a DDL
         self.pending: list[list[_Entry]] = [[] for _ in range(cfg.partitions)]
         self.sent: list[list[_Entry]] = [[] for _ in range(cfg.partitions)]  # first copies
         self.delivered: list[set[int]] = [set() for _ in range(cfg.partitions)]  # id() of rows
@@ -523,6 +538,10 @@ class _Emitter:
 
     def add_row(self, partition: int, event: SimEvent, *, hold_back: bool = False) -> None:
         """A row of a committed transaction, for ``partition``; its span keeps it if ``hold_back``."""
+        parked = self.parked.get(event.table)
+        if parked is not None:
+            parked.append((partition, event, hold_back))
+            return
         entry = self.entry(event)
         entry.partition = partition
         entry.span = (event.table, event.partition_id)
@@ -530,6 +549,18 @@ class _Emitter:
             self.spans.setdefault(entry.span, []).append(entry)
         else:
             self._hand(entry, may_fail=True)
+
+    def park(self, tables: set[str]) -> None:
+        """Rows of ``tables`` committed from now on wait until ``unpark``: a DDL of theirs is
+        finished but not written yet, and the DDL blocks its own table at its ts."""
+        for table in tables:
+            self.parked[table] = []
+
+    def unpark(self, tables: set[str]) -> None:
+        """The DDL is written: the rows that waited for it go on, in commit order."""
+        for table in sorted(tables):
+            for partition, event, hold_back in self.parked.pop(table):
+                self.add_row(partition, event, hold_back=hold_back)
 
     def _hand(self, entry: _Entry, *, may_fail: bool) -> None:
         """The sink takes a row into its batch for the row's partition."""
@@ -771,7 +802,17 @@ def simulate(cfg: StreamConfig) -> Simulation:
         # for the dispatchers of the tables it blocks (none for CREATE DATABASE / TABLE).
         emitter.broadcast(ev, blocked if new_architecture else None)
 
+    lagging: list[tuple[SimEvent, set[str]]] = []  # finished DDLs not written yet
+
+    def write_lagging() -> None:
+        while lagging:
+            ev, blocked = lagging.pop()
+            write_ddl(ev, blocked)
+            emitter.unpark(blocked)
+
     def resolved() -> None:
+        # The checkpoint, and so the resolved ts, cannot pass a DDL that is not written yet.
+        write_lagging()
         ts = clock.next()
         resolved_points.append(ts)
         emitter.resolved(ts)
@@ -803,7 +844,15 @@ def simulate(cfg: StreamConfig) -> Simulation:
                 create = ddl(late.name, late.create_table_sql(), DDL_CREATE_TABLE)
                 steps.append(_Step(create.commit_ts, "create", late.name, late))
                 write_ddl(create, set())
-            write_ddl(alter, {added.table})
+            if cfg.ddl_lag:
+                # An ALTER TABLE blocks only its own table (classic: a non-global DDL gets a
+                # table barrier; new: only that table's dispatcher waits). The other tables go
+                # on past its ts, so their newer rows reach the partitions before it is written,
+                # at the latest just before the next resolved broadcast.
+                emitter.park({added.table})
+                lagging.append((alter, {added.table}))
+            else:
+                write_ddl(alter, {added.table})
         changes = upstream.random_transaction()
         if changes:
             ts = clock.next()

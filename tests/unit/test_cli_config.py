@@ -106,19 +106,36 @@ def test_simulate_options_reach_the_stream_config() -> None:
     from applier.demo import _stream_config
 
     args = _build_parser().parse_args(
-        ["simulate", "--architecture", "new", "--partitioned", "--late-first-copies", "--no-replays"]
+        [
+            "simulate",
+            "--architecture",
+            "new",
+            "--partitioned",
+            "--late-first-copies",
+            "--ddl-lag",
+            "--no-replays",
+        ]
     )
     cfg = _stream_config(args)
-    assert (cfg.architecture, cfg.row_ids, cfg.partitioned, cfg.late_first_copies, cfg.replays) == (
+    assert (
+        cfg.architecture,
+        cfg.row_ids,
+        cfg.partitioned,
+        cfg.late_first_copies,
+        cfg.ddl_lag,
+        cfg.replays,
+    ) == (
         "new",
         None,
+        True,
         True,
         True,
         False,
     )
     assert not cfg.sends_row_ids
     classic = _stream_config(_build_parser().parse_args(["simulate", "--row-ids", "off"]))
-    assert classic.architecture == "classic" and classic.row_ids is False and not classic.partitioned
+    assert classic.architecture == "classic" and classic.row_ids is False
+    assert not (classic.partitioned or classic.late_first_copies or classic.ddl_lag)
 
 
 def test_simulate_rejects_rid_with_the_new_architecture_in_one_line(capsys) -> None:

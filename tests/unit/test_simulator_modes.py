@@ -27,6 +27,7 @@ LATE = [m for m in MODES if PRODUCER_MODES[m].get("late_first_copies")]
 NEW = [m for m in MODES if PRODUCER_MODES[m]["architecture"] == "new"]
 CLASSIC = [m for m in MODES if PRODUCER_MODES[m]["architecture"] == "classic"]
 WITH_REPLAYS = [m for m in MODES if PRODUCER_MODES[m].get("replays")]
+DDL_LAG = [m for m in MODES if PRODUCER_MODES[m].get("ddl_lag")]
 
 
 @cache
@@ -245,6 +246,21 @@ def test_new_architecture_ddls_wait_only_for_the_tables_they_block(mode: str) ->
     assert older_rows_after_a_ddl > 0
 
 
+@pytest.mark.parametrize("mode", DDL_LAG)
+def test_a_lagging_alter_follows_newer_rows_of_other_tables_and_precedes_its_own(mode: str) -> None:
+    sim = mode_sim(mode)
+    alter = next(ev for ev in sim.ddl_events if ev.ddl_type == 5)
+    newer_rows_before = 0
+    for events in sim.first_copies().values():
+        at = events.index(alter)
+        for ev in events[:at]:
+            if ev.kind == "row" and ev.commit_ts > alter.commit_ts:
+                assert ev.table != alter.table  # the ALTER blocks its own table at its ts
+                newer_rows_before += 1
+        assert all(ev.commit_ts < alter.commit_ts for ev in events[:at] if ev.kind == "resolved")
+    assert newer_rows_before > 0
+
+
 @pytest.mark.parametrize("mode", CLASSIC)
 def test_classic_ddls_follow_every_earlier_row_in_commit_order(mode: str) -> None:
     sim = mode_sim(mode)
@@ -315,6 +331,7 @@ def test_every_mode_is_a_valid_config_with_its_own_order() -> None:
         "architecture": "classic",
         "partitioned": True,
         "late_first_copies": True,
+        "ddl_lag": True,
         "replays": True,
     }
     assert PRODUCER_MODES["all-new"] == {**PRODUCER_MODES["all-classic"], "architecture": "new"}
