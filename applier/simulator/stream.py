@@ -157,7 +157,7 @@ class StreamConfig:
 
 
 PRODUCER_MODES: dict[str, dict[str, Any]] = {
-    # Today's classic stream with rid and without restarts: the baseline order.
+    # The classic stream with rid and without restarts: the baseline order.
     "classic": {"architecture": "classic", "row_ids": True, "replays": False},
     # Physical partitions of ptbl flushed independently: one table out of ts order on a partition.
     "classic-partitioned": {"architecture": "classic", "partitioned": True, "replays": False},
