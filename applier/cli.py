@@ -88,6 +88,34 @@ def _add_stream_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schema", default="applier_demo", help="upstream schema name (default applier_demo)")
     p.add_argument("--dispatcher", choices=("index-value", "table"), default="index-value")
     p.add_argument("--no-replays", action="store_true", help="do not simulate TiCDC failover replays")
+    p.add_argument(
+        "--architecture",
+        choices=("classic", "new"),
+        default="classic",
+        help="TiCDC producing the stream: classic (<= v8.5) or new (v9: no rid, DDLs wait only for "
+        "the tables they block) (default classic)",
+    )
+    p.add_argument(
+        "--row-ids",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="send rid in row keys (default auto: as the architecture does)",
+    )
+    p.add_argument(
+        "--partitioned",
+        action="store_true",
+        help="add a partitioned table whose physical partitions flush independently (ptn in keys)",
+    )
+    p.add_argument(
+        "--late-first-copies",
+        action="store_true",
+        help="simulate failed produces: spans restart and first copies arrive after newer rows",
+    )
+    p.add_argument(
+        "--ddl-lag",
+        action="store_true",
+        help="write the mid-stream ALTER TABLE late: newer rows of other tables arrive before it",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 ``applier simulate`` and ``applier demo`` use it to exercise a deployment without TiDB and TiCDC;
 the test suite uses it to drive the applier end to end. It is written from the protocol
-specification (``open-protocol.md``), never from this project's decoder, so that decoding its
+specification (``docs/open-protocol.md``), never from this project's decoder, so that decoding its
 output is an independent check.
 
 Typical use::
@@ -12,6 +12,9 @@ Typical use::
     ...  # run the applier until it has applied sim.final_resolved_ts
     assert compare_downstream(conn, sim, sim.final_resolved_ts) == []
 
+``StreamConfig(**PRODUCER_MODES["all-new"])`` and the other named modes reproduce the orders
+real TiCDC producers send (architecture, partitioned tables, late first copies, replays).
+
 Modules: ``tables`` (table definitions and TiCDC column metadata), ``values`` (random values),
 ``workload`` (the upstream model), ``golang`` and ``encoder`` (the wire format), ``stream``
 (dispatch, batching, broadcasts, replays), ``producer`` (Kafka), ``verify`` (downstream check).
@@ -19,6 +22,7 @@ Modules: ``tables`` (table definitions and TiCDC column metadata), ``values`` (r
 
 from applier.simulator.producer import ProduceError, ensure_topic, produce_simulation, run_simulate
 from applier.simulator.stream import (
+    PRODUCER_MODES,
     SimEvent,
     SimRecord,
     Simulation,
@@ -29,6 +33,7 @@ from applier.simulator.stream import (
 from applier.simulator.verify import compare_downstream
 
 __all__ = [
+    "PRODUCER_MODES",
     "ProduceError",
     "SimEvent",
     "SimRecord",

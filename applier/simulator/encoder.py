@@ -1,9 +1,13 @@
 """TiCDC Open Protocol encoding of simulated events, as TiCDC's Kafka sink writes it.
 
-Written from open-protocol.md (sections 1-4 and 7), independently of the project's decoder so
+Written from docs/open-protocol.md (§1-§4 and §7), independently of the project's decoder so
 that decoding what this module produces is a real test:
 
-* key JSON ``{"ts","scm","tbl","rid","t"}`` in Go's field order, empty fields omitted;
+* key JSON as each architecture writes it (docs/open-protocol.md §2): the classic one marshals
+  a Go struct, ``{"ts","scm","tbl","rid","ptn","t"}`` in field order with empty fields omitted;
+  the new one (TiCDC v9) writes ``{"ts","scm","tbl","t"}`` field by field, ``scm`` and ``tbl``
+  even when empty, never ``rid``, and ``ptn`` last;
+* ``ptn`` (the physical partition id) only on rows of partitioned tables;
 * row value ``{"u","p","d"}`` with columns sorted by name (TiCDC marshals a Go map);
 * column ``{"t","h","f","v"}``: ``h`` only on handle-key columns, as TiCDC still sends it;
 * BINARY/VARBINARY values escaped like Go's ``strconv.Quote``, BLOB/TEXT values base64;
@@ -41,6 +45,7 @@ KEY_DDL = 2
 KEY_RESOLVED = 3
 
 COMPRESSIONS = (None, "snappy", "lz4")
+ARCHITECTURES = ("classic", "new")
 
 _U64 = struct.Struct(">Q")
 
@@ -51,15 +56,20 @@ class EncoderOptions:
 
     legacy_strings: bool = False  # pre-v4.0.5: CHAR/VARCHAR base64, no "f"
     compression: str | None = None  # None | "snappy" | "lz4" (large-message-handle-compression)
-    row_ids: bool = False  # send "rid" like older producers
+    row_ids: bool = False  # send "rid" (the classic architecture does)
+    architecture: str = "classic"  # "classic" | "new": decides the key layout
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {self.compression!r}")
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"architecture must be one of {ARCHITECTURES}, not {self.architecture!r}")
+        if self.row_ids and self.architecture == "new":
+            raise ValueError("row_ids=True is impossible with architecture='new': it never sends rid")
 
 
 def wire_value(type_code: int, flags: int, value: Any, legacy_strings: bool = False) -> Any:
-    """The JSON value TiCDC writes for one column value (open-protocol.md section 4)."""
+    """The JSON value TiCDC writes for one column value (docs/open-protocol.md §4)."""
     if value is None:
         return None
     if type_code in STRING_TYPES:
@@ -101,16 +111,31 @@ def _image_json(image: dict[str, tuple[int, int, Any]], legacy: bool) -> dict[st
 
 
 def key_json(event: SimEvent, opts: EncoderOptions) -> bytes:
-    """The key JSON of one event."""
+    """The key JSON of one event, in the field order of the configured architecture."""
     key: dict[str, Any] = {"ts": event.commit_ts}
+    kind = {"row": KEY_ROW, "ddl": KEY_DDL, "resolved": KEY_RESOLVED}[event.kind]
+    if opts.architecture == "new":
+        # The new encoder writes scm and tbl unconditionally for rows and DDLs, then t, then
+        # ptn for partitioned tables; it has no rid field.
+        if event.kind != "resolved":
+            key["scm"] = event.schema
+            key["tbl"] = event.table
+        key["t"] = kind
+        if event.kind == "row" and event.partition_id is not None:
+            key["ptn"] = event.partition_id
+        return go_json(key)
+    # The classic encoder marshals a struct: ts, scm, tbl, rid, ptn, t, empty ones omitted.
     if event.kind != "resolved":
         if event.schema:
             key["scm"] = event.schema
         if event.table:
             key["tbl"] = event.table
-    if event.kind == "row" and opts.row_ids and event.row_id:
-        key["rid"] = event.row_id
-    key["t"] = {"row": KEY_ROW, "ddl": KEY_DDL, "resolved": KEY_RESOLVED}[event.kind]
+    if event.kind == "row":
+        if opts.row_ids and event.row_id:
+            key["rid"] = event.row_id
+        if event.partition_id is not None:
+            key["ptn"] = event.partition_id
+    key["t"] = kind
     return go_json(key)
 
 

@@ -1,6 +1,6 @@
 """Turn simulated upstream transactions into the Kafka records a TiCDC changefeed would produce.
 
-What this module reproduces (open-protocol.md sections 1, 5 and 7):
+What this module reproduces (docs/open-protocol.md §1, §2, §5 and §7):
 
 * a realistic TSO clock (``physical_ms << 18 | logical``), strictly increasing;
 * ``CREATE DATABASE`` and one ``CREATE TABLE`` per table first, and an ``ALTER TABLE ... ADD
@@ -10,12 +10,32 @@ What this module reproduces (open-protocol.md sections 1, 5 and 7):
 * partition dispatch by table or by handle-key value (keyless tables by table);
 * row records batching up to ``max_batch_size`` events of one partition (and below
   ``max_message_bytes``), flushed at random moments as TiCDC's time-based flush does;
-* resolved and DDL events broadcast to every partition, one event per record, always after every
-  earlier row event of that partition;
+* resolved events broadcast to every partition, one event per record, only once every row at
+  or below them was delivered to its partition;
 * at-least-once delivery after simulated restarts: a partition, or all of them, re-sends
   everything after an earlier checkpoint (starting with that older resolved ts, re-batched),
   and now and then a record is sent twice;
 * a final resolved ts broadcast that covers everything.
+
+Producer orders that depend on the architecture and the tables (docs/open-protocol.md §5.1-§5.4),
+each a :class:`StreamConfig` option; :data:`PRODUCER_MODES` names ready-made combinations:
+
+* ``architecture``: the classic one (TiCDC up to v8.5) sends ``rid`` and writes a DDL only after
+  every earlier row of every table; the new one (TiCDC v9) sends no ``rid`` and writes a DDL as
+  soon as the tables it blocks have flushed (``ALTER TABLE X``: X; ``CREATE TABLE``: none), so
+  rows of other tables with a smaller ts follow it, and a ``CREATE TABLE`` written at once by
+  the table trigger dispatcher overtakes an earlier ``ALTER TABLE`` that waits for its table;
+* ``partitioned``: a ``PARTITION BY HASH`` table whose four physical partitions are separate
+  spans, each holding its rows back and flushing on its own, so one logical table's rows reach a
+  Kafka partition out of ts order (every row key carries ``ptn``, the physical partition id);
+* ``late_first_copies``: a produced record is lost, newer rows of its spans are delivered, then
+  the sink restarts and each of those spans re-sends from its own checkpoint: the first copy of
+  a lost row arrives after newer rows of its table ("BAB"), still above the last resolved ts;
+* ``ddl_lag``: the mid-stream ``ALTER TABLE X`` is written only just before the next resolved
+  broadcast (the latest a producer may): it blocks X alone (in both architectures), so rows of
+  other tables with a larger ts reach the partitions before it, while X's newer rows wait for it;
+* with replays, also single spans re-created from their own checkpoint, which re-send only their
+  part of a transaction's rows (partial first copies).
 
 The result, a :class:`Simulation`, keeps the records in production order and can tell what the
 upstream looked like at any ts, which is what a downstream must converge to.
@@ -26,6 +46,7 @@ from __future__ import annotations
 import random
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +58,7 @@ from applier.simulator.tables import (
     FLAG_HANDLE_KEY,
     TableSpec,
     add_column_sql,
+    late_table,
     quote_ident,
 )
 from applier.simulator.workload import DELETE, INSERT, UPDATE, Row, RowChange, Upstream
@@ -67,8 +89,12 @@ class StreamConfig:
     schema: str = "sim"
     max_batch_size: int = 16  # TiCDC max-batch-size
     max_message_bytes: int = 1 << 20  # TiCDC max-message-bytes (kept within Kafka's default)
-    row_ids: bool = False  # send "rid" in row keys like older producers
+    row_ids: bool | None = None  # "rid" in row keys; None: as the architecture does (classic only)
     start_physical_ms: int | None = None  # first TSO's physical time; derived from the seed if None
+    architecture: str = "classic"  # "classic" (TiCDC <= v8.5) | "new" (TiCDC v9): DDL order, rid
+    partitioned: bool = False  # add ptbl: PARTITION BY HASH, each physical partition its own span
+    late_first_copies: bool = False  # failed produces: spans restart, first copies arrive late
+    ddl_lag: bool = False  # the ALTER is written late: other tables' newer rows precede it
 
     def validate(self) -> None:
         """Raise ValueError for settings no TiCDC changefeed could have."""
@@ -84,7 +110,10 @@ class StreamConfig:
             raise ValueError("max_batch_size must be at least 1")
         if not self.schema:
             raise ValueError("schema must not be empty")
-        EncoderOptions(compression=self.compression)  # validates the compression name
+        # EncoderOptions checks the compression name, the architecture, and rid against it.
+        EncoderOptions(
+            compression=self.compression, row_ids=bool(self.row_ids), architecture=self.architecture
+        )
 
     @property
     def sends_old_value(self) -> bool:
@@ -97,10 +126,66 @@ class StreamConfig:
         return self.sends_old_value and not self.delete_only_handle_key
 
     @property
+    def sends_row_ids(self) -> bool:
+        """Whether row keys carry "rid": as asked, else only the classic architecture sends it."""
+        return self.architecture == "classic" if self.row_ids is None else self.row_ids
+
+    def holds_back(self, spec: TableSpec) -> bool:
+        """Whether the table's spans buffer rows and flush them on their own schedule.
+
+        Every span does in TiCDC, but only two cases change what a consumer sees: the physical
+        partitions of a partitioned table (its rows interleave out of ts order), and every table
+        in the new architecture (whose DDLs wait only for the tables they block). Other tables
+        hand each transaction's rows to the sink at once, which keeps them in ts order.
+        """
+        return self.architecture == "new" or spec.partitioned
+
+    @property
+    def span_replays(self) -> bool:
+        """Replays also re-create single spans from their own checkpoints (with the producer
+        orders that make spans independent)."""
+        return self.replays and (self.architecture == "new" or self.partitioned or self.late_first_copies)
+
+    @property
     def encoder_options(self) -> EncoderOptions:
         return EncoderOptions(
-            legacy_strings=self.legacy_strings, compression=self.compression, row_ids=self.row_ids
+            legacy_strings=self.legacy_strings,
+            compression=self.compression,
+            row_ids=self.sends_row_ids,
+            architecture=self.architecture,
         )
+
+
+PRODUCER_MODES: dict[str, dict[str, Any]] = {
+    # The classic stream with rid and without restarts: the baseline order.
+    "classic": {"architecture": "classic", "row_ids": True, "replays": False},
+    # Physical partitions of ptbl flushed independently: one table out of ts order on a partition.
+    "classic-partitioned": {"architecture": "classic", "partitioned": True, "replays": False},
+    # Failed produces and span restarts: late first copies after newer rows of their table.
+    "classic-late-copies": {"architecture": "classic", "late_first_copies": True, "replays": False},
+    # The ALTER is written after newer rows of the tables it does not block.
+    "classic-ddl-lag": {"architecture": "classic", "ddl_lag": True, "replays": False},
+    # DDLs wait only for the tables they block; a later CREATE TABLE overtakes the ALTER.
+    "new-ddl-order": {"architecture": "new", "replays": False},
+    "new-ddl-lag": {"architecture": "new", "ddl_lag": True, "replays": False},
+    "new-partitioned": {"architecture": "new", "partitioned": True, "replays": False},
+    # Everything a producer of each architecture may do, replays and duplicates included.
+    "all-classic": {
+        "architecture": "classic",
+        "partitioned": True,
+        "late_first_copies": True,
+        "ddl_lag": True,
+        "replays": True,
+    },
+    "all-new": {
+        "architecture": "new",
+        "partitioned": True,
+        "late_first_copies": True,
+        "ddl_lag": True,
+        "replays": True,
+    },
+}
+"""Named :class:`StreamConfig` keyword sets, one per producer order (``StreamConfig(**mode)``)."""
 
 
 @dataclass(slots=True)
@@ -126,6 +211,7 @@ class SimEvent:
     ddl_query: str | None = None
     ddl_type: int | None = None
     row_id: int | None = None
+    partition_id: int | None = None  # "ptn": physical partition of a partitioned table's row
 
     @property
     def wire_kind(self) -> str | None:
@@ -146,7 +232,9 @@ class SimRecord:
     key: bytes
     value: bytes
     events: list[SimEvent]
-    replay: bool = False  # re-sent after a simulated restart (copies of earlier events)
+    # Re-sent after a simulated restart: copies of earlier events, except that a span restarting
+    # after a failed produce also sends the first copy of the rows that were lost.
+    replay: bool = False
     duplicate: bool = False  # a byte-identical second copy of an earlier record
 
 
@@ -230,6 +318,41 @@ class Simulation:
             for name, table in rows.items()
         }
 
+    @property
+    def exact_keyless(self) -> bool:
+        """Whether a consumer can rebuild keyless tables exactly.
+
+        Without ``rid`` a re-sent keyless row cannot be told from a second identical row, so
+        when rows are sent more than once (replays, duplicates, late first copies) a consumer
+        may keep extra copies: compare with ``compare_downstream(..., keyless_superset=True)``.
+        """
+        cfg = self.config
+        return cfg.sends_row_ids or not (cfg.replays or cfg.late_first_copies)
+
+    def first_copies(self) -> dict[int, list[SimEvent]]:
+        """Per partition, the first delivery of every event, in the order the partition gets them.
+
+        Duplicated records hold none. Replayed records hold no first DDL or resolved event, but
+        a span restarting after a failed produce delivers the lost rows first there.
+        """
+        out: dict[int, list[SimEvent]] = {p: [] for p in range(self.config.partitions)}
+        for rec, ev in self._first_deliveries():
+            out[rec.partition].append(ev)
+        return out
+
+    def _first_deliveries(self) -> Iterator[tuple[SimRecord, SimEvent]]:
+        seen: set[tuple[int, int]] = set()
+        for rec in self.records:
+            if rec.duplicate:
+                continue
+            for ev in rec.events:
+                if rec.replay and ev.kind != "row":
+                    continue
+                mark = (rec.partition, id(ev))
+                if mark not in seen:
+                    seen.add(mark)
+                    yield rec, ev
+
     def records_by_partition(self) -> dict[int, list[SimRecord]]:
         """Records of each partition, in the order the partition receives them."""
         out: dict[int, list[SimRecord]] = {p: [] for p in range(self.config.partitions)}
@@ -246,11 +369,13 @@ class Simulation:
         final = self.expected_snapshot(self.final_resolved_ts)
         return {
             "schema": self.schema,
+            "architecture": self.config.architecture,
             "partitions": self.config.partitions,
             "dispatcher": self.config.dispatcher,
             "records": len(self.records),
             "replayed_records": sum(r.replay for r in self.records),
             "duplicate_records": sum(r.duplicate for r in self.records),
+            "late_first_copies": sum(rec.replay for rec, _ in self._first_deliveries()),
             "transactions": len(self.commit_ts),
             "events": dict(sorted(kinds.items())),
             "ddl": [ev.ddl_query for ev in self.ddl_events],
@@ -268,8 +393,9 @@ def format_summary(sim: Simulation) -> str:
     return "\n".join(
         [
             f"schema {s['schema']!r}: {s['transactions']} transactions, {len(s['ddl'])} DDL statements",
-            f"{s['records']} records over {s['partitions']} partitions (dispatcher {s['dispatcher']}), "
-            f"{s['replayed_records']} replayed, {s['duplicate_records']} duplicated",
+            f"{s['records']} records over {s['partitions']} partitions (dispatcher {s['dispatcher']}, "
+            f"{s['architecture']} architecture), {s['replayed_records']} replayed, "
+            f"{s['duplicate_records']} duplicated, {s['late_first_copies']} late first copies",
             f"events (all copies): {events}",
             f"{s['resolved_points']} resolved broadcasts; final resolved ts {s['final_resolved_ts']}",
             f"rows upstream at the final resolved ts: {rows}",
@@ -326,7 +452,12 @@ def row_event(cfg: StreamConfig, spec: TableSpec, change: RowChange) -> SimEvent
             out[col.name] = (col.type_code, f, row[col.name])
         return out
 
+    # A row's physical partition: the deleted image's for a DELETE, else the new image's (a key
+    # change that moves the row was split into a DELETE and an INSERT, one per partition).
+    located = change.old if change.kind == DELETE else change.new
+    assert located is not None
     ev = SimEvent("row", 0, cfg.schema, spec.name, change.kind, row_id=change.row_id)
+    ev.partition_id = spec.physical_id(located)
     if change.kind == DELETE:
         assert change.old is not None
         handle_only = (cfg.delete_only_handle_key or not cfg.sends_old_value) and spec.handle_key
@@ -345,20 +476,53 @@ def row_event(cfg: StreamConfig, spec: TableSpec, change: RowChange) -> SimEvent
     return ev
 
 
-_Entry = tuple[SimEvent, bytes, bytes]  # event, key JSON, value bytes
+Span = tuple[str, int | None]
+"""A table span: the table and, for a partitioned table, the physical partition id."""
+
+_SPAN_FLUSH_CHANCE = 0.3  # per transaction: a span that holds rows back hands them to the sink
+_FAILED_PRODUCE_CHANCE = 0.08  # per row record, with late_first_copies: its produce fails
+_SINK_RESTART_CHANCE = 0.3  # per transaction: the sink notices the failure and restarts
+_SPAN_REPLAY_CHANCE = 0.03  # per transaction, with span_replays: one span is re-created
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    """One encoded event on its way to a record."""
+
+    event: SimEvent
+    key: bytes
+    value: bytes
+    partition: int = -1  # the Kafka partition of a row (broadcasts go everywhere)
+    span: Span | None = None  # None for DDL and resolved events
+    seq: int = 0  # for rows: the order in which the sink received them
 
 
 class _Emitter:
-    """Batches events into records per partition and simulates the delivery faults."""
+    """Carries rows from their spans through the sink's batches to records, with the faults.
+
+    A row goes through three stages, as in TiCDC: its span may hold it back (``spans``); the
+    sink batches it per Kafka partition (``pending``); a flush produces the record, which is
+    delivered, or lost when late first copies are simulated (``lost``, re-sent by a restart).
+    ``sent`` keeps, per partition, the first copies in delivery order: what a restart from a
+    checkpoint sends again.
+    """
 
     def __init__(self, cfg: StreamConfig, rng: random.Random) -> None:
         self.cfg = cfg
         self.rng = rng
         self.opts = cfg.encoder_options
+        self.spans: dict[Span, list[_Entry]] = {}  # rows held back by their span
+        self.parked: dict[str, list[tuple[int, SimEvent, bool]]] = {}  # rows waiting for a DDL
         self.pending: list[list[_Entry]] = [[] for _ in range(cfg.partitions)]
         self.sent: list[list[_Entry]] = [[] for _ in range(cfg.partitions)]  # first copies
+        self.delivered: list[set[int]] = [set() for _ in range(cfg.partitions)]  # id() of rows
+        self.handed: dict[Span, list[_Entry]] = {}  # every row a span gave the sink, in order
+        self.lost: list[_Entry] = []  # rows of a record whose produce failed, not re-sent yet
+        self._lost_at = (0, 0)  # (partition, len(sent[partition])) when the record was lost
+        self.last_resolved = 0
         self.records: list[SimRecord] = []
         self._recent: list[list[SimRecord]] = [[] for _ in range(cfg.partitions)]
+        self._seq = 0
         self.faults = cfg.replays  # duplicates on; switched off for the closing broadcast
 
     def entry(self, event: SimEvent) -> _Entry:
@@ -368,46 +532,142 @@ class _Emitter:
                 f"a single event of {event.schema}.{event.table} at ts {event.commit_ts} exceeds "
                 f"max_message_bytes ({self.cfg.max_message_bytes}); TiCDC fails the changefeed here"
             )
-        return event, key, value
+        return _Entry(event, key, value)
 
-    def add_row(self, partition: int, event: SimEvent) -> None:
+    # -- rows: span, then the sink's batch ----------------------------------------------------
+
+    def add_row(self, partition: int, event: SimEvent, *, hold_back: bool = False) -> None:
+        """A row of a committed transaction, for ``partition``; its span keeps it if ``hold_back``."""
+        parked = self.parked.get(event.table)
+        if parked is not None:
+            parked.append((partition, event, hold_back))
+            return
         entry = self.entry(event)
+        entry.partition = partition
+        entry.span = (event.table, event.partition_id)
+        if hold_back:
+            self.spans.setdefault(entry.span, []).append(entry)
+        else:
+            self._hand(entry, may_fail=True)
+
+    def park(self, tables: set[str]) -> None:
+        """Rows of ``tables`` committed from now on wait until ``unpark``: a DDL of theirs is
+        finished but not written yet, and the DDL blocks its own table at its ts."""
+        for table in tables:
+            self.parked[table] = []
+
+    def unpark(self, tables: set[str]) -> None:
+        """The DDL is written: the rows that waited for it go on, in commit order."""
+        for table in sorted(tables):
+            for partition, event, hold_back in self.parked.pop(table):
+                self.add_row(partition, event, hold_back=hold_back)
+
+    def _hand(self, entry: _Entry, *, may_fail: bool) -> None:
+        """The sink takes a row into its batch for the row's partition."""
+        assert entry.span is not None
+        entry.seq = self._seq
+        self._seq += 1
+        self.handed.setdefault(entry.span, []).append(entry)
+        partition = entry.partition
         pending = self.pending[partition]
-        if pending and framed_size([(k, v) for _, k, v in [*pending, entry]]) > self.cfg.max_message_bytes:
-            self.flush(partition)
+        if pending and _size([*pending, entry]) > self.cfg.max_message_bytes:
+            self.flush(partition, may_fail=may_fail)
         pending.append(entry)
         if len(pending) >= self.cfg.max_batch_size:
-            self.flush(partition)
+            self.flush(partition, may_fail=may_fail)
 
-    def flush(self, partition: int) -> None:
+    def _release(self, span: Span, *, may_fail: bool) -> None:
+        """A span hands everything it held back to the sink, in commit order."""
+        held = self.spans[span]
+        rows = list(held)
+        held.clear()
+        for entry in rows:
+            self._hand(entry, may_fail=may_fail)
+
+    def flush(self, partition: int, *, may_fail: bool = False) -> None:
+        """Produce the partition's batch as one record (lost, now and then, if ``may_fail``)."""
         pending = self.pending[partition]
-        if pending:
-            self._emit(partition, list(pending))
-            self.sent[partition].extend(pending)
-            pending.clear()
+        if not pending:
+            return
+        batch = list(pending)
+        pending.clear()
+        if may_fail and self._produce_fails():
+            self.lost.extend(batch)
+            self._lost_at = (partition, len(self.sent[partition]))
+            return
+        self._emit(partition, batch)
+
+    def _produce_fails(self) -> bool:
+        # One failure at a time: the sink restarts before the checkpoint (and so the next
+        # resolved broadcast) can pass the lost rows.
+        return self.cfg.late_first_copies and not self.lost and self.rng.random() < _FAILED_PRODUCE_CHANCE
 
     def flush_all(self) -> None:
         for p in range(self.cfg.partitions):
             self.flush(p)
 
     def random_flushes(self) -> None:
-        """TiCDC also flushes on a timer, so batches are often smaller than the maximum."""
+        """Spans and the sink also flush on timers, so batches are often smaller than the
+        maximum and spans run at their own pace; a failed produce is noticed after a while."""
+        for span, held in self.spans.items():
+            if held and self.rng.random() < _SPAN_FLUSH_CHANCE:
+                self._release(span, may_fail=True)
         for p in range(self.cfg.partitions):
             if self.pending[p] and self.rng.random() < 0.3:
-                self.flush(p)
+                self.flush(p, may_fail=True)
+        if self.lost and self._newer_rows_landed() and self.rng.random() < _SINK_RESTART_CHANCE:
+            self.restart_failed_spans()
 
-    def broadcast(self, event: SimEvent) -> None:
-        """A DDL or resolved event to every partition, after that partition's earlier rows."""
+    def _newer_rows_landed(self) -> bool:
+        """Whether a record produced after the lost one delivered rows of the same spans to the
+        same partition: the "B" that a consumer receives before the late first copy of "A".
+        (A barrier restarts the sink even without them.)"""
+        partition, mark = self._lost_at
+        spans = {e.span for e in self.lost}
+        return any(e.span in spans for e in self.sent[partition][mark:])
+
+    # -- broadcasts ---------------------------------------------------------------------------
+
+    def broadcast(self, event: SimEvent, blocked: set[str] | None = None) -> None:
+        """A DDL or resolved event to every partition, after the rows it must follow.
+
+        ``blocked`` None: after every row handed over so far (resolved events, and every DDL of
+        the classic architecture, whose owner runs a DDL only once the checkpoint reached it).
+        A set of tables: only after those tables' rows (a DDL of the new architecture waits for
+        the dispatchers of the tables it blocks); other spans keep what they hold back.
+        """
         entry = self.entry(event)
+        for span in list(self.spans):
+            if self.spans[span] and (blocked is None or span[0] in blocked):
+                self._release(span, may_fail=False)
+        if self.lost and (blocked is None or any(e.span and e.span[0] in blocked for e in self.lost)):
+            self.restart_failed_spans()
         for p in range(self.cfg.partitions):
-            self.flush(p)
+            if blocked is None or any(e.span and e.span[0] in blocked for e in self.pending[p]):
+                self.flush(p)
             self._emit(p, [entry])
-            self.sent[p].append(entry)
+
+    def resolved(self, ts: int) -> None:
+        """A resolved ts: every row at or below it is delivered first (the checkpoint is the
+        minimum over all spans of what Kafka acknowledged)."""
+        self.broadcast(SimEvent("resolved", ts))
+        self.last_resolved = ts
+
+    # -- records and faults -------------------------------------------------------------------
 
     def _emit(self, partition: int, entries: list[_Entry], *, replay: bool = False) -> None:
-        key, value = frame([(k, v) for _, k, v in entries])
-        rec = SimRecord(partition, key, value, [e for e, _, _ in entries], replay=replay)
+        key, value = frame([(e.key, e.value) for e in entries])
+        rec = SimRecord(partition, key, value, [e.event for e in entries], replay=replay)
         self.records.append(rec)
+        delivered = self.delivered[partition]
+        for e in entries:
+            if e.event.kind == "row":
+                if id(e.event) in delivered:
+                    continue
+                delivered.add(id(e.event))
+            elif replay:
+                continue
+            self.sent[partition].append(e)
         recent = self._recent[partition]
         recent.append(rec)
         del recent[:-3]
@@ -421,31 +681,96 @@ class _Emitter:
                 )
             )
 
+    def _resend(self, partition: int, checkpoint: _Entry, entries: list[_Entry]) -> None:
+        """A restart on one partition: the checkpoint's resolved ts, then ``entries`` in order,
+        re-batched (rows of several spans may share a record again, DDLs travel alone)."""
+        self._emit(partition, [checkpoint], replay=True)
+        batch: list[_Entry] = []
+        cap = self.rng.randint(1, self.cfg.max_batch_size)
+        for entry in entries:
+            if entry.event.kind != "row":
+                if batch:
+                    self._emit(partition, batch, replay=True)
+                    batch = []
+                self._emit(partition, [entry], replay=True)
+                continue
+            if batch and (len(batch) >= cap or _size([*batch, entry]) > self.cfg.max_message_bytes):
+                self._emit(partition, batch, replay=True)
+                batch = []
+                cap = self.rng.randint(1, self.cfg.max_batch_size)
+            batch.append(entry)
+        if batch:
+            self._emit(partition, batch, replay=True)
+
     def replay(self, partitions: list[int], checkpoint_ts: int) -> None:
         """A restart from checkpoint ``checkpoint_ts``: the partitions get that (older) resolved ts
-        again, then every event after it, re-encoded in their original order but re-batched."""
+        again, then every first copy delivered after it, in delivery order, re-batched."""
         for p in partitions:
             self.flush(p)
         checkpoint = self.entry(SimEvent("resolved", checkpoint_ts))
         for p in partitions:
-            self._emit(p, [checkpoint], replay=True)
-            batch: list[_Entry] = []
-            cap = self.rng.randint(1, self.cfg.max_batch_size)
-            for entry in (e for e in self.sent[p] if e[0].commit_ts > checkpoint_ts):
-                if entry[0].kind != "row":
-                    if batch:
-                        self._emit(p, batch, replay=True)
-                        batch = []
-                    self._emit(p, [entry], replay=True)
-                    continue
-                pairs = [(k, v) for _, k, v in batch] + [(entry[1], entry[2])]
-                if batch and (len(batch) >= cap or framed_size(pairs) > self.cfg.max_message_bytes):
-                    self._emit(p, batch, replay=True)
-                    batch = []
-                    cap = self.rng.randint(1, self.cfg.max_batch_size)
-                batch.append(entry)
-            if batch:
-                self._emit(p, batch, replay=True)
+            self._resend(p, checkpoint, [e for e in self.sent[p] if e.event.commit_ts > checkpoint_ts])
+
+    def replay_span(self, span: Span, checkpoint_ts: int) -> None:
+        """One span re-created from its own checkpoint (a node restart in the new architecture, a
+        table sink restart or a table moved in the classic one): only its rows after the
+        checkpoint come again, so a transaction that also touched other spans on a partition
+        is re-sent there only in part."""
+        checkpoint = self.entry(SimEvent("resolved", checkpoint_ts))
+        for p in range(self.cfg.partitions):
+            rows = [e for e in self.sent[p] if e.span == span and e.event.commit_ts > checkpoint_ts]
+            if rows:
+                self._resend(p, checkpoint, rows)
+
+    def restart_failed_spans(self) -> None:
+        """The sink restarts after a failed produce ("BAB", docs/open-protocol.md §5.1).
+
+        Records produced after the lost one may have landed (newer rows of the same spans). The
+        sink is torn down, dropping the rows it had not produced yet, and every span with a
+        lost row restarts from its own checkpoint: at or above the last resolved broadcast (the
+        changefeed checkpoint is their minimum) and below its oldest unacknowledged row. It
+        sends everything after that checkpoint again, the lost rows' first copies among them.
+        """
+        spans = sorted({e.span for e in self.lost if e.span is not None}, key=_span_order)
+        lost_partition = self._lost_at[0]
+        if any(e.span in spans for e in self.pending[lost_partition]):
+            # What was already in flight behind the lost record lands before the teardown.
+            self.flush(lost_partition)
+        self.lost = []
+        resend: list[_Entry] = []
+        for span in spans:
+            handed = self.handed[span]
+            oldest_unacked = min(
+                e.event.commit_ts for e in handed if id(e.event) not in self.delivered[e.partition]
+            )
+            acked = {e.event.commit_ts for e in handed if e.event.commit_ts < oldest_unacked}
+            choices = sorted({self.last_resolved} | {ts for ts in acked if ts > self.last_resolved})
+            checkpoint_ts = self.rng.choice(choices)
+            resend += [e for e in handed if e.event.commit_ts > checkpoint_ts]
+        restarted = set(spans)
+        for pending in self.pending:
+            pending[:] = [e for e in pending if e.span not in restarted]
+        resend.sort(key=lambda e: e.seq)
+        # The resolved ts the consumer sees before the re-sent rows is the last broadcast one:
+        # no span's checkpoint is below it, and none above it may be announced.
+        checkpoint = self.entry(SimEvent("resolved", self.last_resolved))
+        for p in range(self.cfg.partitions):
+            rows = [e for e in resend if e.partition == p]
+            if rows:
+                self._resend(p, checkpoint, rows)
+
+    def spans_with_rows(self) -> list[Span]:
+        """Spans that handed rows to the sink, in the order they first did."""
+        return list(self.handed)
+
+
+def _size(entries: list[_Entry]) -> int:
+    return framed_size([(e.key, e.value) for e in entries])
+
+
+def _span_order(span: Span | None) -> tuple[str, int]:
+    assert span is not None
+    return span[0], -1 if span[1] is None else span[1]
 
 
 def simulate(cfg: StreamConfig) -> Simulation:
@@ -458,40 +783,76 @@ def simulate(cfg: StreamConfig) -> Simulation:
         else 1_700_000_000_000 + rng.randint(0, 10**10)
     )
     clock = TsoClock(rng, start_ms)
-    upstream = Upstream(rng, include_keyless=cfg.include_keyless)
+    upstream = Upstream(rng, include_keyless=cfg.include_keyless, partitioned=cfg.partitioned)
     emitter = _Emitter(cfg, rng)
     steps: list[_Step] = []
     ddl_events: list[SimEvent] = []
     resolved_points: list[int] = []
     commit_ts: list[int] = []
+    new_architecture = cfg.architecture == "new"
 
-    def ddl(table: str, query: str, ddl_type: int) -> int:
-        ts = clock.next()
-        ev = SimEvent("ddl", ts, cfg.schema, table, ddl_query=query, ddl_type=ddl_type)
+    def ddl(table: str, query: str, ddl_type: int) -> SimEvent:
+        """A DDL finished upstream now (its ts); the caller decides when it is written."""
+        ev = SimEvent("ddl", clock.next(), cfg.schema, table, ddl_query=query, ddl_type=ddl_type)
         ddl_events.append(ev)
-        emitter.broadcast(ev)
-        return ts
+        return ev
+
+    def write_ddl(ev: SimEvent, blocked: set[str]) -> None:
+        # Classic: the owner writes a DDL once every table reached it. New: the DDL waits only
+        # for the dispatchers of the tables it blocks (none for CREATE DATABASE / TABLE).
+        emitter.broadcast(ev, blocked if new_architecture else None)
+
+    lagging: list[tuple[SimEvent, set[str]]] = []  # finished DDLs not written yet
+
+    def write_lagging() -> None:
+        while lagging:
+            ev, blocked = lagging.pop()
+            write_ddl(ev, blocked)
+            emitter.unpark(blocked)
 
     def resolved() -> None:
+        # The checkpoint, and so the resolved ts, cannot pass a DDL that is not written yet.
+        write_lagging()
         ts = clock.next()
         resolved_points.append(ts)
-        emitter.broadcast(SimEvent("resolved", ts))
+        emitter.resolved(ts)
 
-    ddl("", f"CREATE DATABASE {quote_ident(cfg.schema)}", DDL_CREATE_SCHEMA)
+    write_ddl(ddl("", f"CREATE DATABASE {quote_ident(cfg.schema)}", DDL_CREATE_SCHEMA), set())
     for spec in upstream.specs.values():
-        ts = ddl(spec.name, spec.create_table_sql(), DDL_CREATE_TABLE)
-        steps.append(_Step(ts, "create", spec.name, spec))
+        ev = ddl(spec.name, spec.create_table_sql(), DDL_CREATE_TABLE)
+        steps.append(_Step(ev.commit_ts, "create", spec.name, spec))
+        write_ddl(ev, set())
     resolved()
 
     n = cfg.transactions
     alter_at = n // 2 if cfg.ddl_mid_stream else -1
+    if new_architecture and cfg.resolved_every > 1 and alter_at % cfg.resolved_every == 0:
+        # Between two resolved broadcasts, where spans still hold rows older than the DDLs.
+        alter_at += 1
     planned_replays = {n // 3: "one", (2 * n) // 3: "all"} if cfg.replays and n >= 6 else {}
     for i in range(n):
         if i == alter_at:
             added = upstream.add_column()
             spec = upstream.specs[added.table]
-            ts = ddl(added.table, add_column_sql(added.table, added.column), DDL_ADD_COLUMN)
-            steps.append(_Step(ts, "add_column", added.table, spec))
+            alter = ddl(added.table, add_column_sql(added.table, added.column), DDL_ADD_COLUMN)
+            steps.append(_Step(alter.commit_ts, "add_column", added.table, spec))
+            if new_architecture:
+                # A table created after the ALTER finished: the table trigger dispatcher writes
+                # its CREATE TABLE at once, while the ALTER waits for its table's dispatcher,
+                # so the partitions get the two DDLs out of commit-ts order.
+                late = upstream.add_table(late_table())
+                create = ddl(late.name, late.create_table_sql(), DDL_CREATE_TABLE)
+                steps.append(_Step(create.commit_ts, "create", late.name, late))
+                write_ddl(create, set())
+            if cfg.ddl_lag:
+                # An ALTER TABLE blocks only its own table (classic: a non-global DDL gets a
+                # table barrier; new: only that table's dispatcher waits). The other tables go
+                # on past its ts, so their newer rows reach the partitions before it is written,
+                # at the latest just before the next resolved broadcast.
+                emitter.park({added.table})
+                lagging.append((alter, {added.table}))
+            else:
+                write_ddl(alter, {added.table})
         changes = upstream.random_transaction()
         if changes:
             ts = clock.next()
@@ -501,7 +862,7 @@ def simulate(cfg: StreamConfig) -> Simulation:
                 spec = upstream.specs[change.table]
                 ev = row_event(cfg, spec, change)
                 ev.commit_ts = ts
-                emitter.add_row(partition_of(cfg, spec, ev), ev)
+                emitter.add_row(partition_of(cfg, spec, ev), ev, hold_back=cfg.holds_back(spec))
         emitter.random_flushes()
         if (i + 1) % cfg.resolved_every == 0:
             resolved()
@@ -512,6 +873,10 @@ def simulate(cfg: StreamConfig) -> Simulation:
             checkpoint = rng.choice(resolved_points[-6:-1])
             targets = list(range(cfg.partitions)) if scope == "all" else [rng.randrange(cfg.partitions)]
             emitter.replay(targets, checkpoint)
+        if cfg.span_replays and rng.random() < _SPAN_REPLAY_CHANCE:
+            spans = emitter.spans_with_rows()
+            if spans:
+                emitter.replay_span(rng.choice(spans), rng.choice(resolved_points[-3:]))
 
     emitter.flush_all()
     emitter.faults = False  # the stream ends with the final resolved broadcast, nothing after it

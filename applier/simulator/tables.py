@@ -2,7 +2,7 @@
 
 Each table is described once (columns, indexes) and everything else follows from that the way
 TiDB and TiCDC derive it: the handle key (primary key, else the smallest NOT NULL unique key), the
-column flags sent on the wire (section 3 of open-protocol.md), the MySQL type codes (section 4)
+column flags sent on the wire (docs/open-protocol.md §3.3), the MySQL type codes (§4)
 and the ``CREATE TABLE`` text the DDL events carry. Keeping the derivation in one place is what
 lets the stream, the snapshots and the verifier agree on the same truth.
 """
@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-# MySQL column type codes (open-protocol.md section 4).
+# MySQL column type codes (docs/open-protocol.md §4).
 TYPE_TINY = 1
 TYPE_SHORT = 2
 TYPE_LONG = 3
@@ -41,7 +41,7 @@ TYPE_STRING = 254
 STRING_TYPES = frozenset({TYPE_VARCHAR, 253, TYPE_STRING})
 BLOB_TYPES = frozenset({TYPE_TINY_BLOB, TYPE_MEDIUM_BLOB, TYPE_LONG_BLOB, TYPE_BLOB})
 
-# Column flags (open-protocol.md section 3). Defined here rather than imported from the decoder's
+# Column flags (docs/open-protocol.md §3.3). Defined here rather than imported from the decoder's
 # contract so that the simulator stays an independent implementation of the specification.
 FLAG_BINARY = 0x01
 FLAG_HANDLE_KEY = 0x02
@@ -52,7 +52,7 @@ FLAG_MULTIPLE_KEY = 0x20
 FLAG_NULLABLE = 0x40
 FLAG_UNSIGNED = 0x80
 
-# DDL type codes (open-protocol.md section 8) the simulator emits.
+# DDL type codes (docs/open-protocol.md §8) the simulator emits.
 DDL_CREATE_SCHEMA = 1
 DDL_CREATE_TABLE = 3
 DDL_ADD_COLUMN = 5
@@ -137,6 +137,10 @@ class TableSpec:
     name: str
     columns: tuple[ColumnSpec, ...]
     indexes: tuple[IndexSpec, ...] = ()
+    # A HASH-partitioned table: the partitioning column and the physical table id of each
+    # partition, in partition order (TiDB gives every partition its own table id).
+    partition_column: str | None = None
+    partition_ids: tuple[int, ...] = ()
     flags: dict[str, int] = field(init=False, compare=False, repr=False)
     handle_key: tuple[str, ...] = field(init=False, compare=False, repr=False)
 
@@ -187,6 +191,21 @@ class TableSpec:
     def unique_indexes(self) -> list[IndexSpec]:
         return [idx for idx in self.indexes if idx.primary or idx.unique]
 
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.partition_ids)
+
+    def physical_id(self, row: dict[str, Any]) -> int | None:
+        """The physical table id of the partition holding ``row`` (None if not partitioned).
+
+        ``PARTITION BY HASH(col)`` puts a row in partition ``MOD(col, n)``; the workload keeps
+        the partitioning column positive, where TiDB, MySQL and MariaDB agree.
+        """
+        if not self.partition_ids:
+            return None
+        assert self.partition_column is not None
+        return self.partition_ids[int(row[self.partition_column]) % len(self.partition_ids)]
+
     def with_column(self, col: ColumnSpec) -> TableSpec:
         """The table after ``ALTER TABLE ... ADD COLUMN`` (appended last, as MySQL does)."""
         return replace(self, columns=(*self.columns, col))
@@ -203,10 +222,15 @@ class TableSpec:
             else:
                 parts.append(f"KEY {quote_ident(idx.name)} ({cols})")
         body = ", ".join(parts)
-        return (
+        sql = (
             f"CREATE TABLE {quote_ident(self.name)} ({body}) "
             "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
         )
+        if self.partition_ids:
+            assert self.partition_column is not None
+            column = quote_ident(self.partition_column)
+            sql += f" PARTITION BY HASH ({column}) PARTITIONS {len(self.partition_ids)}"
+        return sql
 
 
 def quote_ident(name: str) -> str:
@@ -409,15 +433,47 @@ def _keyless() -> TableSpec:
     return TableSpec("keyless", cols, ())
 
 
-def workload_tables(include_keyless: bool = True) -> list[TableSpec]:
+# Physical table ids of ``ptbl``'s four partitions: TiDB allocates partition ids from the same
+# sequence as table ids, right after the logical table's own id (here 120).
+PARTITIONED_TABLE = "ptbl"
+PARTITION_IDS = (121, 122, 123, 124)
+
+
+def _ptbl() -> TableSpec:
+    cols = (
+        int_column("id", "INT", nullable=False, int_range=(1, 2**31 - 1)),
+        ColumnSpec("name", "VARCHAR(32)", TYPE_VARCHAR, Kind.TEXT, max_len=32),
+        int_column("qty", "INT"),
+        ColumnSpec("note", "VARCHAR(64)", TYPE_VARCHAR, Kind.TEXT, max_len=64),
+    )
+    indexes = (IndexSpec("PRIMARY", ("id",), primary=True),)
+    return TableSpec(PARTITIONED_TABLE, cols, indexes, partition_column="id", partition_ids=PARTITION_IDS)
+
+
+LATE_TABLE = "late_tbl"
+
+
+def late_table() -> TableSpec:
+    """The table the new architecture's mid-stream ``CREATE TABLE`` adds (after the ALTER's ts)."""
+    cols = (
+        int_column("id", "INT", nullable=False, int_range=(1, 2**31 - 1)),
+        ColumnSpec("label", "VARCHAR(32)", TYPE_VARCHAR, Kind.TEXT, max_len=32),
+    )
+    return TableSpec(LATE_TABLE, cols, (IndexSpec("PRIMARY", ("id",), primary=True),))
+
+
+def workload_tables(include_keyless: bool = True, partitioned: bool = False) -> list[TableSpec]:
     """The simulated tables at their initial version, in creation order.
 
     ``keyless`` is left out when the changefeed settings make keyless tables impossible to
     replicate (TiCDC requires the old value for them and cannot send a handle-key-only delete).
+    ``ptbl`` (``PARTITION BY HASH``, four physical partitions) is added when ``partitioned``.
     """
     tables = [_all_types(), _composite(), _uniq_only()]
     if include_keyless:
         tables.append(_keyless())
+    if partitioned:
+        tables.append(_ptbl())
     return tables
 
 

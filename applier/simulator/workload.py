@@ -13,6 +13,11 @@ change per row, keyed the way TiKV keys rows. That key matters:
 TiCDC then splits every update that changes the primary key or a NOT NULL unique key into a
 DELETE of the old row and an INSERT of the new one (same commit ts), and orders the deletes of a
 transaction first. :func:`Upstream.commit` returns changes in that final form.
+
+The partitioned table ``ptbl`` (when asked for) is written several rows at a time, so that a
+transaction touches several physical partitions; changing its primary key moves a row to another
+partition: a DELETE in one physical partition and an INSERT in another. ``late_tbl`` is created
+mid-stream (:meth:`Upstream.add_table`) and written from then on.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any
 from applier.simulator.tables import (
     ADDED_COLUMN,
     ADDED_COLUMN_TABLE,
+    LATE_TABLE,
+    PARTITIONED_TABLE,
     ColumnSpec,
     Kind,
     TableSpec,
@@ -70,14 +77,19 @@ class ColumnAdded:
 class Upstream:
     """In-memory upstream tables plus a seeded generator of transactions against them."""
 
-    def __init__(self, rng: random.Random, *, include_keyless: bool = True) -> None:
+    def __init__(
+        self, rng: random.Random, *, include_keyless: bool = True, partitioned: bool = False
+    ) -> None:
         self.rng = rng
         self.values = ValueGenerator(rng)
-        self.specs: dict[str, TableSpec] = {t.name: t for t in workload_tables(include_keyless)}
+        self.specs: dict[str, TableSpec] = {t.name: t for t in workload_tables(include_keyless, partitioned)}
         # row key -> row; the row key is the primary-key tuple (clustered) or the hidden rowid.
         self.rows: dict[str, dict[Any, Row]] = {name: {} for name in self.specs}
         self._next_rowid = 1
         self._next_id = 1
+        # ptbl and late_tbl number their rows apart from all_types, so that adding them leaves
+        # the other tables' values unchanged for a given seed.
+        self._next_small_id = {PARTITIONED_TABLE: 1, LATE_TABLE: 1}
         self._work: dict[str, dict[Any, Row]] = {}
 
     # -- schema changes -----------------------------------------------------------------------
@@ -89,6 +101,12 @@ class Upstream:
             key: {**row, column.name: column.default} for key, row in self.rows[table].items()
         }
         return ColumnAdded(table, column)
+
+    def add_table(self, spec: TableSpec) -> TableSpec:
+        """Apply ``CREATE TABLE``: later transactions may write to the (empty) table."""
+        self.specs[spec.name] = spec
+        self.rows[spec.name] = {}
+        return spec
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -113,6 +131,15 @@ class Upstream:
                 (self._op_keyless_update, 3),
                 (self._op_keyless_delete, 2),
             ]
+        if PARTITIONED_TABLE in self.specs:
+            weighted += [
+                (self._op_ptbl_insert, 4),
+                (self._op_ptbl_update, 4),
+                (self._op_ptbl_pk_change, 2),
+                (self._op_ptbl_delete, 2),
+            ]
+        if LATE_TABLE in self.specs:
+            weighted += [(self._op_late_insert, 3), (self._op_late_update, 2), (self._op_late_delete, 1)]
         if self.rng.random() < 0.04:
             weighted = [(self._op_bulk_update, 1)]  # one statement touching a whole table
         ops, weights = zip(*weighted, strict=True)
@@ -190,7 +217,14 @@ class Upstream:
 
     def _op_bulk_update(self) -> None:
         """``UPDATE t SET col = ...`` without WHERE: one event per row in a single transaction."""
-        column = {"all_types": "c_int", "composite": "val", "uniq_only": "v1", "keyless": "n"}
+        column = {
+            "all_types": "c_int",
+            "composite": "val",
+            "uniq_only": "v1",
+            "keyless": "n",
+            PARTITIONED_TABLE: "qty",
+            LATE_TABLE: "label",
+        }
         name = self.rng.choice([t for t in column if t in self.specs])
         spec = self.specs[name]
         table = self._table(name)
@@ -448,3 +482,71 @@ class Upstream:
         picked = self._pick("keyless")
         if picked is not None:
             del self._table("keyless")[picked[0]]
+
+    # -- ptbl (PARTITION BY HASH(id) PARTITIONS 4; clustered int primary key) -----------------
+
+    def _small_id(self, name: str) -> int:
+        new_id = self._next_small_id[name]
+        self._next_small_id[name] = new_id + 1
+        return new_id
+
+    def _op_ptbl_insert(self) -> None:
+        """Insert one to three rows: consecutive ids land in different physical partitions."""
+        for _ in range(self.rng.randint(1, 3)):
+            if self._full(PARTITIONED_TABLE):
+                self._op_ptbl_delete()
+                return
+            spec = self.specs[PARTITIONED_TABLE]
+            row = self._random_row(spec)
+            row["id"] = self._small_id(PARTITIONED_TABLE)
+            self._table(PARTITIONED_TABLE)[(row["id"],)] = row
+
+    def _op_ptbl_update(self) -> None:
+        """Update one to three rows, usually in several physical partitions."""
+        table = self._table(PARTITIONED_TABLE)
+        if not table:
+            self._op_ptbl_insert()
+            return
+        spec = self.specs[PARTITIONED_TABLE]
+        for key in self.rng.sample(list(table), min(len(table), self.rng.randint(1, 3))):
+            table[key] = self._changed(spec, table[key], self.rng.sample(self._updatable(spec), 2))
+
+    def _op_ptbl_pk_change(self) -> None:
+        """``UPDATE ptbl SET id = <new id>``: a DELETE in the old row's partition and an INSERT
+        in the new one's (most often another physical partition)."""
+        picked = self._pick(PARTITIONED_TABLE)
+        if picked is None:
+            return
+        key, row = picked
+        table = self._table(PARTITIONED_TABLE)
+        del table[key]
+        new = dict(row, id=self._small_id(PARTITIONED_TABLE))
+        table[(new["id"],)] = new
+
+    def _op_ptbl_delete(self) -> None:
+        picked = self._pick(PARTITIONED_TABLE)
+        if picked is not None:
+            del self._table(PARTITIONED_TABLE)[picked[0]]
+
+    # -- late_tbl (created mid-stream by the new architecture's out-of-order CREATE TABLE) ----
+
+    def _op_late_insert(self) -> None:
+        if self._full(LATE_TABLE):
+            self._op_late_delete()
+            return
+        row = self._random_row(self.specs[LATE_TABLE])
+        row["id"] = self._small_id(LATE_TABLE)
+        self._table(LATE_TABLE)[(row["id"],)] = row
+
+    def _op_late_update(self) -> None:
+        picked = self._pick(LATE_TABLE)
+        if picked is None:
+            self._op_late_insert()
+            return
+        key, row = picked
+        self._table(LATE_TABLE)[key] = self._changed(self.specs[LATE_TABLE], row, ["label"])
+
+    def _op_late_delete(self) -> None:
+        picked = self._pick(LATE_TABLE)
+        if picked is not None:
+            del self._table(LATE_TABLE)[picked[0]]

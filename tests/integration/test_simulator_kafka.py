@@ -12,7 +12,14 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from applier.simulator import ProduceError, StreamConfig, produce_simulation, run_simulate, simulate
+from applier.simulator import (
+    PRODUCER_MODES,
+    ProduceError,
+    StreamConfig,
+    produce_simulation,
+    run_simulate,
+    simulate,
+)
 from applier.simulator.producer import ensure_topic
 
 pytestmark = pytest.mark.integration
@@ -60,8 +67,9 @@ def read_back(bootstrap: str, topic: str, expected: dict[int, int], timeout: flo
     [
         StreamConfig(seed=61, transactions=120, partitions=4),
         StreamConfig(seed=62, transactions=60, partitions=3, compression="snappy", dispatcher="table"),
+        StreamConfig(seed=65, transactions=80, partitions=3, **PRODUCER_MODES["all-new"]),
     ],
-    ids=["index-value", "snappy-table"],
+    ids=["index-value", "snappy-table", "all-new"],
 )
 def test_records_arrive_byte_for_byte_per_partition(broker, cfg: StreamConfig) -> None:
     topic = f"sim-{cfg.seed}-{time.monotonic_ns()}"

@@ -99,3 +99,46 @@ def test_demo_without_a_database_says_so_in_one_line() -> None:
     assert "mysql://root:***@127.0.0.1:1/" in proc.stderr
     assert "APPLIER_DOWNSTREAM" in proc.stderr
     assert ":pw@" not in proc.stderr + proc.stdout
+
+
+def test_simulate_options_reach_the_stream_config() -> None:
+    from applier.cli import _build_parser
+    from applier.demo import _stream_config
+
+    args = _build_parser().parse_args(
+        [
+            "simulate",
+            "--architecture",
+            "new",
+            "--partitioned",
+            "--late-first-copies",
+            "--ddl-lag",
+            "--no-replays",
+        ]
+    )
+    cfg = _stream_config(args)
+    assert (
+        cfg.architecture,
+        cfg.row_ids,
+        cfg.partitioned,
+        cfg.late_first_copies,
+        cfg.ddl_lag,
+        cfg.replays,
+    ) == (
+        "new",
+        None,
+        True,
+        True,
+        True,
+        False,
+    )
+    assert not cfg.sends_row_ids
+    classic = _stream_config(_build_parser().parse_args(["simulate", "--row-ids", "off"]))
+    assert classic.architecture == "classic" and classic.row_ids is False
+    assert not (classic.partitioned or classic.late_first_copies or classic.ddl_lag)
+
+
+def test_simulate_rejects_rid_with_the_new_architecture_in_one_line(capsys) -> None:
+    assert main(["simulate", "--architecture", "new", "--row-ids", "on", "--kafka-bootstrap", "k:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("applier: configuration error:") and "rid" in err and "Traceback" not in err

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from applier.simulator.stream import SimEvent, SimRecord, Simulation, StreamConfig, simulate
+from applier.simulator.stream import (
+    PRODUCER_MODES,
+    SimEvent,
+    SimRecord,
+    Simulation,
+    StreamConfig,
+    simulate,
+)
 from applier.simulator.tables import (
     FLAG_BINARY,
     FLAG_GENERATED,
@@ -37,6 +44,7 @@ def first_copies(sim: Simulation) -> dict[int, list[SimEvent]]:
     for rec in sim.records:
         if not rec.replay and not rec.duplicate:
             out[rec.partition].extend(rec.events)
+    assert out == sim.first_copies()  # without failed produces, no replayed record holds one
     return out
 
 
@@ -279,13 +287,15 @@ def _apply(state: dict[str, list[dict[str, Any]]], sim: Simulation, ev: SimEvent
         StreamConfig(seed=31, transactions=150),
         StreamConfig(seed=32, transactions=120, only_updated_columns=True, dispatcher="table"),
         StreamConfig(seed=33, transactions=120, delete_only_handle_key=True, partitions=2),
+        StreamConfig(seed=34, transactions=150, **PRODUCER_MODES["all-classic"]),
+        StreamConfig(seed=35, transactions=150, dispatcher="table", **PRODUCER_MODES["all-new"]),
     ],
-    ids=["default", "only-updated", "delete-handle-only"],
+    ids=["default", "only-updated", "delete-handle-only", "all-classic", "all-new"],
 )
 def test_expected_snapshot_equals_the_applied_first_copies(cfg: StreamConfig) -> None:
     sim = simulate(cfg)
     events = sorted(
-        (ev for evs in first_copies(sim).values() for ev in evs if ev.kind != "resolved"),
+        (ev for evs in sim.first_copies().values() for ev in evs if ev.kind != "resolved"),
         key=lambda ev: (ev.commit_ts, ev.kind != "ddl", ev.row_kind != "delete"),
     )
     state: dict[str, list[dict[str, Any]]] = {}
