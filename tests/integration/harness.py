@@ -131,10 +131,13 @@ class Changefeed:
             conn.close()
         return resolved + 1 if ddl_ran else resolved
 
-    def compare(self, sim: Simulation, ts: int) -> list[str]:
+    def compare(self, sim: Simulation, ts: int, *, keyless_superset: bool = False) -> list[str]:
+        """Differences between the downstream and the upstream at ``ts``; ``keyless_superset``:
+        keyless tables only need every upstream row (without rid a replayed keyless row cannot be
+        told from a second identical one, docs/open-protocol.md §5.6)."""
         conn = self.connect()
         try:
-            return compare_downstream(conn, sim, ts)
+            return compare_downstream(conn, sim, ts, keyless_superset=keyless_superset)
         finally:
             conn.close()
 
