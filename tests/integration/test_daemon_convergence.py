@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from applier.simulator import StreamConfig, produce_simulation, simulate
+from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from applier.simulator.producer import produce_records
 from tests.integration.harness import Changefeed
 
@@ -18,15 +18,29 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize(
     "options",
     [
-        dict(seed=1, partitions=3, dispatcher="index-value"),
-        dict(seed=2, partitions=8, dispatcher="index-value", only_updated_columns=True),
-        dict(seed=3, partitions=4, dispatcher="table", compression="snappy"),
-        dict(seed=4, partitions=5, dispatcher="index-value", old_value=False),
-        dict(seed=5, partitions=3, dispatcher="index-value", compression="lz4", delete_only_handle_key=True),
+        dict(seed=1, partitions=3, dispatcher="index-value", **PRODUCER_MODES["all-classic"]),
+        dict(
+            seed=2,
+            partitions=8,
+            dispatcher="index-value",
+            only_updated_columns=True,
+            **PRODUCER_MODES["all-new"],
+        ),
+        dict(seed=3, partitions=4, dispatcher="table", compression="snappy", **PRODUCER_MODES["all-classic"]),
+        dict(seed=4, partitions=5, dispatcher="index-value", old_value=False, **PRODUCER_MODES["all-new"]),
+        dict(
+            seed=5,
+            partitions=3,
+            dispatcher="index-value",
+            compression="lz4",
+            delete_only_handle_key=True,
+            **PRODUCER_MODES["all-classic"],
+        ),
     ],
     ids=["3p-index-value", "8p-only-updated", "4p-table-snappy", "5p-no-old-value", "3p-lz4-handle-deletes"],
 )
 def test_stream_converges_to_the_model(feed: Changefeed, options: dict) -> None:
+    """Each encoding option with every producer order of one architecture on (§5.1-§5.4)."""
     cfg = StreamConfig(transactions=250, schema=feed.new_schema(), **options)
     sim = simulate(cfg)
     produce_simulation(feed.bootstrap, feed.topic, sim)
@@ -36,12 +50,19 @@ def test_stream_converges_to_the_model(feed: Changefeed, options: dict) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     resolved, _ = feed.checkpoint()
     assert resolved == sim.final_resolved_ts
-    assert feed.compare(sim, sim.final_resolved_ts) == []
+    assert feed.compare(sim, sim.final_resolved_ts, keyless_superset=not sim.exact_keyless) == []
 
 
-def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(feed: Changefeed) -> None:
+@pytest.mark.parametrize("mode", ["all-classic", "all-new"])
+def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(
+    feed: Changefeed, mode: str
+) -> None:
     """At a quiet point the downstream equals the upstream at the global resolved ts: no row beyond it."""
-    sim = simulate(StreamConfig(seed=5, partitions=4, transactions=300, schema=feed.new_schema()))
+    cfg = StreamConfig(
+        seed=5, partitions=4, transactions=300, schema=feed.new_schema(), **PRODUCER_MODES[mode]
+    )
+    sim = simulate(cfg)
+    superset = not sim.exact_keyless
     cut = len(sim.records) // 2
     first, rest = sim.records[:cut], sim.records[cut:]
     # The global resolved ts of the prefix: the minimum over partitions of their last resolved ts.
@@ -62,7 +83,7 @@ def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(fee
     resolved, _ = feed.checkpoint()
     assert resolved == expected_ts
     # When the cut falls right after a DDL broadcast, the DDL has run: see Changefeed.snapshot_ts.
-    assert feed.compare(sim, feed.snapshot_ts(expected_ts)) == []
+    assert feed.compare(sim, feed.snapshot_ts(expected_ts), keyless_superset=superset) == []
     # Rows committed after expected_ts but already in the topic were not written.
     later = [ts for ts in sim.commit_ts if expected_ts < ts]
     assert later, "the cut should leave transactions above the global resolved ts"
@@ -70,4 +91,4 @@ def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(fee
     produce_records(feed.bootstrap, feed.topic, rest)
     done = feed.run_to_end()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert feed.compare(sim, sim.final_resolved_ts) == []
+    assert feed.compare(sim, sim.final_resolved_ts, keyless_superset=superset) == []
