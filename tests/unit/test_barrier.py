@@ -796,3 +796,34 @@ def test_every_row_applied_once_and_restart_from_any_checkpoint_reproduces_the_r
     rerun = consume(stream, state, rnd, start=dict(state.offsets))
     check_order(rerun.windows, state.applied_ts)
     assert summary(rerun.windows) == summary(run.windows[k:])
+
+
+def test_keyless_rows_with_rid_replayed_from_the_last_and_last_but_one_resolved_apply_exactly_once() -> None:
+    """Replays that restart at the last resolved ts and at the one before it, one of them after a
+    partial first copy of a transaction: the keyless multiset downstream is exact."""
+    b = Barrier([0, 1])
+    f = Feeds(b)
+
+    def rows(ts: int, rids: list[int]) -> list[RowEvent]:
+        return [replace(keyless(ts, 1), row_id=r) for r in rids]  # identical images, distinct rids
+
+    f.broadcast(resolved(10))
+    f(0, *rows(12, [1, 2]))
+    f(1, *rows(15, [3]))
+    f.broadcast(resolved(20))
+    f(0, *rows(22, [4]))  # partial first copy of transaction 22 (rid 5 not sent yet)
+    # restart from the last resolved ts (20): everything above it again, complete this time
+    f(0, resolved(20))
+    f(0, *rows(22, [4, 5]))
+    f(1, *rows(25, [6, 7]))
+    # restart from the last-but-one resolved ts (10): copies at or below 20 and above it
+    f.broadcast(resolved(10))
+    f(0, *rows(12, [1, 2]))
+    f(1, *rows(15, [3]))
+    f(0, *rows(22, [4, 5]))
+    f(1, *rows(25, [6, 7]))
+    f.broadcast(resolved(30))
+    applied = Counter((r.commit_ts, r.row_id) for w in drain(b) for r in w.rows)
+    assert applied == Counter(
+        {(12, 1): 1, (12, 2): 1, (15, 3): 1, (22, 4): 1, (22, 5): 1, (25, 6): 1, (25, 7): 1}
+    )

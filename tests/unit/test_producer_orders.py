@@ -110,3 +110,33 @@ def test_every_version_applied_once_in_order_with_ddls_between(mode: str, seed: 
     assert all(
         isinstance(d, DDLEvent) for lst in barrier.listeners.values() for d in lst.pending_ddls()
     ) and not any(lst.pending_ddls() for lst in barrier.listeners.values())
+
+
+@pytest.mark.parametrize("seed", range(10, 20))
+@pytest.mark.parametrize("mode", ["classic-partitioned", "new-partitioned"])
+def test_a_partitioned_table_loses_no_row_in_any_interleaving(mode: str, seed: int) -> None:
+    """Four physical partitions flushed on their own, consumed in random interleavings."""
+    sim = simulate(StreamConfig(seed=seed, partitions=3, transactions=120, **PRODUCER_MODES[mode]))
+    per_partition = _decode(sim)
+    _barrier, windows = _run(per_partition, random.Random(seed))
+    stream = {
+        _version(ev)
+        for recs in per_partition.values()
+        for _o, evs, _r in recs
+        for ev in evs
+        if isinstance(ev, RowEvent) and ev.table == "ptbl"
+    }
+    assert (
+        len(
+            {
+                ev.partition_id
+                for recs in per_partition.values()
+                for _o, evs, _r in recs
+                for ev in evs
+                if isinstance(ev, RowEvent) and ev.table == "ptbl"
+            }
+        )
+        == 4
+    )
+    applied = {_version(r) for w in windows for r in w.rows if r.table == "ptbl"}
+    assert applied == stream
