@@ -324,7 +324,8 @@ class Simulation:
 
         Without ``rid`` a re-sent keyless row cannot be told from a second identical row, so
         when rows are sent more than once (replays, duplicates, late first copies) a consumer
-        may keep extra copies: compare with ``compare_downstream(..., keyless_superset=True)``.
+        may keep extra copies, or delete a second identical row for a re-sent delete: compare
+        with ``compare_downstream(..., keyless_rows=False)``.
         """
         cfg = self.config
         return cfg.sends_row_ids or not (cfg.replays or cfg.late_first_copies)

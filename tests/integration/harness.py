@@ -131,13 +131,14 @@ class Changefeed:
             conn.close()
         return resolved + 1 if ddl_ran else resolved
 
-    def compare(self, sim: Simulation, ts: int, *, keyless_superset: bool = False) -> list[str]:
-        """Differences between the downstream and the upstream at ``ts``; ``keyless_superset``:
-        keyless tables only need every upstream row (without rid a replayed keyless row cannot be
-        told from a second identical one, docs/open-protocol.md §5.6)."""
+    def compare(self, sim: Simulation, ts: int) -> list[str]:
+        """Differences between the downstream and the upstream at ``ts``. Rows of keyless tables
+        are compared when the stream lets a consumer rebuild them exactly (``sim.exact_keyless``):
+        without rid a replayed keyless row cannot be told from a second identical one
+        (docs/open-protocol.md §5.6)."""
         conn = self.connect()
         try:
-            return compare_downstream(conn, sim, ts, keyless_superset=keyless_superset)
+            return compare_downstream(conn, sim, ts, keyless_rows=sim.exact_keyless)
         finally:
             conn.close()
 

@@ -50,7 +50,7 @@ def test_stream_converges_to_the_model(feed: Changefeed, options: dict) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     resolved, _ = feed.checkpoint()
     assert resolved == sim.final_resolved_ts
-    assert feed.compare(sim, sim.final_resolved_ts, keyless_superset=not sim.exact_keyless) == []
+    assert feed.compare(sim, sim.final_resolved_ts) == []
 
 
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])
@@ -62,7 +62,6 @@ def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(
         seed=5, partitions=4, transactions=300, schema=feed.new_schema(), **PRODUCER_MODES[mode]
     )
     sim = simulate(cfg)
-    superset = not sim.exact_keyless
     cut = len(sim.records) // 2
     first, rest = sim.records[:cut], sim.records[cut:]
     # The global resolved ts of the prefix: the minimum over partitions of their last resolved ts.
@@ -83,7 +82,7 @@ def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(
     resolved, _ = feed.checkpoint()
     assert resolved == expected_ts
     # When the cut falls right after a DDL broadcast, the DDL has run: see Changefeed.snapshot_ts.
-    assert feed.compare(sim, feed.snapshot_ts(expected_ts), keyless_superset=superset) == []
+    assert feed.compare(sim, feed.snapshot_ts(expected_ts)) == []
     # Rows committed after expected_ts but already in the topic were not written.
     later = [ts for ts in sim.commit_ts if expected_ts < ts]
     assert later, "the cut should leave transactions above the global resolved ts"
@@ -91,4 +90,4 @@ def test_mid_stream_the_downstream_is_the_snapshot_at_the_global_resolved_ts(
     produce_records(feed.bootstrap, feed.topic, rest)
     done = feed.run_to_end()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert feed.compare(sim, sim.final_resolved_ts, keyless_superset=superset) == []
+    assert feed.compare(sim, sim.final_resolved_ts) == []
