@@ -11,6 +11,7 @@ cannot be told from a second identical row (§5.6); the daemon must say so in it
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import time
@@ -39,13 +40,21 @@ def test_producer_order_converges_under_kills_and_never_passes_the_watermark(
     points = []
     for i in range(4):
         proc = feed.start(log_path=str(tmp_path / f"daemon{i}.log"))
-        wait_for_output(proc, "started", 30)
-        time.sleep(rng.uniform(0.05, 0.8))
+        with contextlib.suppress(AssertionError):  # nothing left to apply: kill it anyway
+            wait_for_output(proc, "window applied", 20)
+        time.sleep(rng.uniform(0.0, 0.6))
         stop(proc, signal.SIGKILL)
         resolved, _ = feed.checkpoint()
         if resolved:
             ts = feed.snapshot_ts(resolved)
-            assert feed.compare(sim, ts) == [], f"after a kill at ts {resolved}"
+            diffs = feed.compare(sim, ts)
+            if diffs:
+                # A DDL commits on its own, before the checkpoint that records it: a kill in
+                # between leaves the downstream exactly one DDL ahead of the checkpoint (no row
+                # lies between them, or the checkpoint would have moved up to that DDL first).
+                ahead = min((ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None)
+                diffs = diffs if ahead is None else feed.compare(sim, ahead)
+            assert diffs == [], f"after a kill at ts {resolved}"
             points.append(resolved)
     done = feed.run_to_end()
     assert done.returncode == 0, done.stdout + done.stderr
