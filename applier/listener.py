@@ -23,8 +23,9 @@ infers a replay from the order in which rows arrive. A row is dropped only when:
    identical row of the same transaction. The only copy recognised is a byte-identical copy of an
    earlier record of this partition holding keyless rows above its resolved ts (a producer retry
    re-sent the same batch); its keyless rows are dropped. Other replays of such rows above the
-   resolved ts are applied again: the stated limit of the protocol, logged once per table.
-   (Two genuinely different batches with exactly the same bytes would be taken for one.)
+   resolved ts are applied again (an insert adds a second row, a delete removes a second identical
+   one): the stated limit of the protocol, logged once per table. (Two genuinely different batches
+   with exactly the same bytes would be taken for one.)
 
 Keyed rows above the resolved ts are all kept, copies included: the window sorts by commit ts and
 collapses per handle key (``sqlgen.collapse``), so a copy of a version changes nothing and a late
