@@ -116,6 +116,11 @@ def _add_stream_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the mid-stream ALTER TABLE late: newer rows of other tables arrive before it",
     )
+    p.add_argument(
+        "--partition-growth",
+        action="store_true",
+        help="use half the partitions at first, then all of them (keys re-hashed mid-stream)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,6 +38,7 @@ def _stream_config(args: argparse.Namespace):
         partitioned=args.partitioned,
         late_first_copies=args.late_first_copies,
         ddl_lag=args.ddl_lag,
+        partition_growth=args.partition_growth,
     )
     try:
         cfg.validate()

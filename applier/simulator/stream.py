@@ -34,6 +34,11 @@ each a :class:`StreamConfig` option; :data:`PRODUCER_MODES` names ready-made com
 * ``ddl_lag``: the mid-stream ``ALTER TABLE X`` is written only just before the next resolved
   broadcast (the latest a producer may): it blocks X alone (in both architectures), so rows of
   other tables with a larger ts reach the partitions before it, while X's newer rows wait for it;
+* ``partition_growth``: the producer first uses only half of the topic's partitions (TiCDC keeps
+  the partition count it started with, docs/open-protocol.md §5.7): rows, DDLs and resolved
+  events go there only, the other partitions stay empty; a third of the way in, it picks up the
+  full count and re-hashes, so rows of a key move to another partition while its older versions
+  may still be unread on the old one, and the empty partitions start receiving records;
 * with replays, also single spans re-created from their own checkpoint, which re-send only their
   part of a transaction's rows (partial first copies).
 
@@ -95,6 +100,7 @@ class StreamConfig:
     partitioned: bool = False  # add ptbl: PARTITION BY HASH, each physical partition its own span
     late_first_copies: bool = False  # failed produces: spans restart, first copies arrive late
     ddl_lag: bool = False  # the ALTER is written late: other tables' newer rows precede it
+    partition_growth: bool = False  # half the partitions used at first, then all (keys re-hashed)
 
     def validate(self) -> None:
         """Raise ValueError for settings no TiCDC changefeed could have."""
@@ -110,6 +116,8 @@ class StreamConfig:
             raise ValueError("max_batch_size must be at least 1")
         if not self.schema:
             raise ValueError("schema must not be empty")
+        if self.partition_growth and self.partitions < 2:
+            raise ValueError("partition_growth needs at least 2 partitions")
         # EncoderOptions checks the compression name, the architecture, and rid against it.
         EncoderOptions(
             compression=self.compression, row_ids=bool(self.row_ids), architecture=self.architecture
@@ -169,6 +177,9 @@ PRODUCER_MODES: dict[str, dict[str, Any]] = {
     "new-ddl-order": {"architecture": "new", "replays": False},
     "new-ddl-lag": {"architecture": "new", "ddl_lag": True, "replays": False},
     "new-partitioned": {"architecture": "new", "partitioned": True, "replays": False},
+    # Half the partitions at first, then all: keys re-hashed, empty partitions start receiving.
+    "classic-partition-growth": {"architecture": "classic", "partition_growth": True, "replays": False},
+    "new-partition-growth": {"architecture": "new", "partition_growth": True, "replays": False},
     # Everything a producer of each architecture may do, replays and duplicates included.
     "all-classic": {
         "architecture": "classic",
@@ -420,8 +431,9 @@ class TsoClock:
         return self.physical << 18 | self.rng.randint(0, 63)
 
 
-def partition_of(cfg: StreamConfig, spec: TableSpec, event: SimEvent) -> int:
-    """The partition TiCDC's dispatcher picks for a row event.
+def partition_of(cfg: StreamConfig, spec: TableSpec, event: SimEvent, used: int | None = None) -> int:
+    """The partition TiCDC's dispatcher picks for a row event, among the ``used`` first partitions
+    (default: all of them; fewer while the producer has not picked up a larger count).
 
     ``table``: a hash of schema and table. ``index-value``: a hash of schema, table and the
     handle-key column names and values (tables without a handle key fall back to the table).
@@ -436,7 +448,7 @@ def partition_of(cfg: StreamConfig, spec: TableSpec, event: SimEvent) -> int:
             value = image[name][2]
             raw = value if isinstance(value, bytes) else str(value).encode()
             h = zlib.crc32(b"\x00" + name.encode() + b"=" + raw, h)
-    return h % cfg.partitions
+    return h % (used or cfg.partitions)
 
 
 def row_event(cfg: StreamConfig, spec: TableSpec, change: RowChange) -> SimEvent:
@@ -525,6 +537,8 @@ class _Emitter:
         self._recent: list[list[SimRecord]] = [[] for _ in range(cfg.partitions)]
         self._seq = 0
         self.faults = cfg.replays  # duplicates on; switched off for the closing broadcast
+        # Partitions the producer writes to: rows are hashed over them, broadcasts reach them.
+        self.used = max(1, cfg.partitions // 2) if cfg.partition_growth else cfg.partitions
 
     def entry(self, event: SimEvent) -> _Entry:
         key, value = encode_event(event, self.opts)
@@ -646,7 +660,8 @@ class _Emitter:
         for p in range(self.cfg.partitions):
             if blocked is None or any(e.span and e.span[0] in blocked for e in self.pending[p]):
                 self.flush(p)
-            self._emit(p, [entry])
+            if p < self.used:
+                self._emit(p, [entry])
 
     def resolved(self, ts: int) -> None:
         """A resolved ts: every row at or below it is delivered first (the checkpoint is the
@@ -831,7 +846,12 @@ def simulate(cfg: StreamConfig) -> Simulation:
         # Between two resolved broadcasts, where spans still hold rows older than the DDLs.
         alter_at += 1
     planned_replays = {n // 3: "one", (2 * n) // 3: "all"} if cfg.replays and n >= 6 else {}
+    grow_at = n // 3 if cfg.partition_growth else -1
     for i in range(n):
+        if i == grow_at:
+            # The producer's periodic metadata refresh sees the larger partition count: from now
+            # on rows are hashed over all partitions and broadcasts reach them all.
+            emitter.used = cfg.partitions
         if i == alter_at:
             added = upstream.add_column()
             spec = upstream.specs[added.table]
@@ -863,7 +883,8 @@ def simulate(cfg: StreamConfig) -> Simulation:
                 spec = upstream.specs[change.table]
                 ev = row_event(cfg, spec, change)
                 ev.commit_ts = ts
-                emitter.add_row(partition_of(cfg, spec, ev), ev, hold_back=cfg.holds_back(spec))
+                partition = partition_of(cfg, spec, ev, emitter.used)
+                emitter.add_row(partition, ev, hold_back=cfg.holds_back(spec))
         emitter.random_flushes()
         if (i + 1) % cfg.resolved_every == 0:
             resolved()
@@ -872,7 +893,7 @@ def simulate(cfg: StreamConfig) -> Simulation:
             scope = rng.choice(["one", "all"])
         if scope is not None and len(resolved_points) >= 2:
             checkpoint = rng.choice(resolved_points[-6:-1])
-            targets = list(range(cfg.partitions)) if scope == "all" else [rng.randrange(cfg.partitions)]
+            targets = list(range(emitter.used)) if scope == "all" else [rng.randrange(emitter.used)]
             emitter.replay(targets, checkpoint)
         if cfg.span_replays and rng.random() < _SPAN_REPLAY_CHANCE:
             spans = emitter.spans_with_rows()

@@ -16,10 +16,12 @@ import random
 import signal
 import time
 
+import pymysql
 import pytest
 
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
-from tests.integration.harness import Changefeed, stop, wait_for_output
+from applier.simulator.producer import ensure_topic, produce_records
+from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +66,52 @@ def test_producer_order_converges_under_kills_and_never_passes_the_watermark(
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("daemon*.log"))
     warned = "keyless table without rid" in logs + done.stdout + done.stderr
     assert warned == (not sim.config.sends_row_ids and sim.config.include_keyless)
+
+
+def _wait_for_checkpoint(feed: Changefeed, proc, ts: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    stored = 0
+    while stored < ts:
+        assert proc.poll() is None, "the daemon stopped:\n" + read_log(proc)
+        assert time.monotonic() < deadline, f"checkpoint {stored} never reached {ts}"
+        time.sleep(0.2)
+        with contextlib.suppress(pymysql.err.ProgrammingError):  # not created yet
+            stored = feed.checkpoint()[0]
+
+
+def test_partitions_the_producer_picks_up_late_are_skipped_while_empty_then_waited_for(
+    feed: Changefeed, tmp_path
+) -> None:
+    """TiCDC writes to half the topic's partitions, then re-hashes over all of them (§5.7). While
+    the others are empty the daemon does not wait for them; once they deliver, it does, and the
+    keys that moved there converge."""
+    cfg = StreamConfig(
+        seed=77,
+        partitions=4,
+        transactions=600,
+        schema=feed.new_schema(),
+        **PRODUCER_MODES["classic-partition-growth"],
+    )
+    sim = simulate(cfg)
+    first_late = min(i for i, rec in enumerate(sim.records) if rec.partition >= 2)
+    prefix, rest = sim.records[:first_late], sim.records[first_late:]
+    last = {
+        p: max(ev.commit_ts for r in prefix if r.partition == p for ev in r.events if ev.kind == "resolved")
+        for p in (0, 1)
+    }
+    watermark = min(last.values())
+    ensure_topic(feed.bootstrap, feed.topic, 4)
+    produce_records(feed.bootstrap, feed.topic, prefix)
+    proc = feed.start(log_path=str(tmp_path / "daemon.log"))
+    try:
+        _wait_for_checkpoint(feed, proc, watermark, 60)
+        assert feed.checkpoint()[0] == watermark  # nothing beyond the used partitions' watermark
+        assert feed.compare(sim, feed.snapshot_ts(watermark)) == []
+        produce_records(feed.bootstrap, feed.topic, rest)
+        _wait_for_checkpoint(feed, proc, sim.final_resolved_ts, 120)
+    finally:
+        stop(proc, signal.SIGTERM)
+    log = read_log(proc)
+    assert "partition is empty" in log and "partition is no longer empty" in log
+    assert "fatal" not in log
+    assert feed.compare(sim, sim.final_resolved_ts) == []

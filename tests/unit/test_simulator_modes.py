@@ -45,6 +45,15 @@ def key_documents(key: bytes) -> list[dict]:
     return docs
 
 
+def broadcasts(sim: Simulation, every: list, got: list) -> list:
+    """What a partition must have received of ``every`` broadcast: all of them, or with
+    ``partition_growth`` (a partition the producer picked up late) the newest ones, at least one."""
+    if not sim.config.partition_growth or len(got) == len(every):
+        return every
+    assert got, "a partition the producer picked up never got a broadcast"
+    return every[len(every) - len(got) :]
+
+
 def last_broadcasts(sim: Simulation, partition: int):
     """(record, resolved ts of the newest first broadcast before it) for a partition's records."""
     resolved = 0
@@ -59,7 +68,8 @@ def test_every_first_copy_precedes_the_first_resolved_ts_at_or_above_it(mode: st
     sim = mode_sim(mode)
     for events in sim.first_copies().values():
         resolved = [ev.commit_ts for ev in events if ev.kind == "resolved"]
-        assert resolved == sim.resolved_points  # every broadcast once, in order, on every partition
+        # every broadcast once, in order, on every partition (from the moment the producer uses it)
+        assert resolved == broadcasts(sim, sim.resolved_points, resolved)
         newest = 0
         for ev in events:
             if ev.kind == "resolved":
@@ -266,7 +276,7 @@ def test_classic_ddls_follow_every_earlier_row_in_commit_order(mode: str) -> Non
     sim = mode_sim(mode)
     for events in sim.first_copies().values():
         ddls = [ev for ev in events if ev.kind == "ddl"]
-        assert ddls == sim.ddl_events
+        assert ddls == broadcasts(sim, sim.ddl_events, ddls)
         for ddl in ddls:
             after = events[events.index(ddl) + 1 :]
             assert all(ev.commit_ts > ddl.commit_ts for ev in after if ev.kind == "row")
@@ -337,3 +347,23 @@ def test_every_mode_is_a_valid_config_with_its_own_order() -> None:
     assert PRODUCER_MODES["all-new"] == {**PRODUCER_MODES["all-classic"], "architecture": "new"}
     for options in PRODUCER_MODES.values():
         StreamConfig(**options).validate()
+
+
+@pytest.mark.parametrize("mode", ["classic-partition-growth", "new-partition-growth"])
+def test_partition_growth_leaves_partitions_empty_then_moves_keys_onto_them(mode: str) -> None:
+    """The producer uses half the partitions, then all: the others start with rows (no resolved ts
+    before them), and some key's versions sit on two partitions (docs/open-protocol.md §5.7)."""
+    sim = mode_sim(mode)
+    half = sim.config.partitions // 2
+    late = range(half, sim.config.partitions)
+    first_records = [sim.records_by_partition()[p][0] for p in late if sim.records_by_partition()[p]]
+    assert first_records and all(rec.events[0].kind != "resolved" for rec in first_records)
+    start = min(i for i, rec in enumerate(sim.records) if any(rec is r for r in first_records))
+    assert all(rec.partition < half for rec in sim.records[:start])
+    where: dict[tuple, set[int]] = {}
+    for rec in sim.records:
+        for ev in rec.events:
+            if ev.kind == "row" and ev.table == "composite":
+                image = ev.new or ev.old
+                where.setdefault((image["a"][2], image["b"][2]), set()).add(rec.partition)
+    assert any(len(parts) > 1 for parts in where.values())
