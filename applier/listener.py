@@ -41,6 +41,7 @@ interval further back.
 from __future__ import annotations
 
 import hashlib
+import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,11 +124,13 @@ class KeylessVersions:
     Also remembers which keyless tables came without ``rid`` (rule 4), to warn once per table.
     """
 
-    __slots__ = ("_by_ts", "_log", "_seen", "warned")
+    __slots__ = ("_by_ts", "_log", "_seen", "_ts_heap", "warned")
 
     def __init__(self) -> None:
         self._seen: set[tuple] = set()
         self._by_ts: dict[int, list[tuple]] = {}
+        self._ts_heap: list[int] = []  # the keys of _by_ts, lowest first: every listener calls
+        # forget_upto after each window, so all but the first call must cost nothing
         self.warned: set[TableKey] = set()
         self._log = None
 
@@ -137,14 +140,18 @@ class KeylessVersions:
         if version in self._seen:
             return False
         self._seen.add(version)
-        self._by_ts.setdefault(row.commit_ts, []).append(version)
+        at_ts = self._by_ts.get(row.commit_ts)
+        if at_ts is None:
+            at_ts = self._by_ts[row.commit_ts] = []
+            heapq.heappush(self._ts_heap, row.commit_ts)
+        at_ts.append(version)
         return True
 
     def forget_upto(self, ts: int) -> None:
         """Versions at or below the applied ts: rule 1 drops their copies from now on."""
-        if self._by_ts:
-            for t in [t for t in self._by_ts if t <= ts]:
-                self._seen.difference_update(self._by_ts.pop(t))
+        heap = self._ts_heap
+        while heap and heap[0] <= ts:
+            self._seen.difference_update(self._by_ts.pop(heapq.heappop(heap)))
 
     def warn_without_rid(self, table: TableKey, pos: Position) -> None:
         if table in self.warned:

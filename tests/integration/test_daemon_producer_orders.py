@@ -22,6 +22,7 @@ import pytest
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.ops_support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -69,14 +70,12 @@ def test_producer_order_converges_under_kills_and_never_passes_the_watermark(
 
 
 def _wait_for_checkpoint(feed: Changefeed, proc, ts: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    stored = 0
-    while stored < ts:
-        assert proc.poll() is None, "the daemon stopped:\n" + read_log(proc)
-        assert time.monotonic() < deadline, f"checkpoint {stored} never reached {ts}"
-        time.sleep(0.2)
-        with contextlib.suppress(pymysql.err.ProgrammingError):  # not created yet
-            stored = feed.checkpoint()[0]
+    def reached() -> bool:
+        with contextlib.suppress(pymysql.err.ProgrammingError):  # the checkpoint tables not created yet
+            return feed.checkpoint()[0] >= ts
+        return False
+
+    wait_until(reached, timeout, f"the checkpoint to reach {ts}", proc)
 
 
 def test_partitions_the_producer_picks_up_late_are_skipped_while_empty_then_waited_for(
