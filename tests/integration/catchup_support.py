@@ -150,8 +150,6 @@ def global_resolved_of(records) -> int:
     for rec in records:
         parts.add(rec.partition)
         for ev in rec.events:
-            if ev.kind == "resolved":
+            if ev.kind == "resolved":  # a DDL implies no resolved ts (docs/open-protocol.md §5.4)
                 last[rec.partition] = max(last.get(rec.partition, 0), ev.commit_ts)
-            elif ev.kind == "ddl":
-                last[rec.partition] = max(last.get(rec.partition, 0), ev.commit_ts - 1)
     return min(last.values())

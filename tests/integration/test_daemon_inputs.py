@@ -251,15 +251,14 @@ def test_malformed_record_stops_at_its_position_after_applying_everything_before
     before, after = sim.records[:cut], sim.records[cut:]
     bad_partition = 1
     offset = sum(1 for r in before if r.partition == bad_partition)  # offset the bad record gets
-    # The partition's resolved ts (DDL-implied ones included) when the bad record arrives.
+    # The partition's resolved ts when the bad record arrives (a DDL implies none,
+    # docs/open-protocol.md §5.4).
     resolved = 0
     for rec in before:
         if rec.partition == bad_partition:
             for ev in rec.events:
                 if ev.kind == "resolved":
                     resolved = max(resolved, ev.commit_ts)
-                elif ev.kind == "ddl":
-                    resolved = max(resolved, ev.commit_ts - 1)
     produce_records(feed.bootstrap, feed.topic, before)
     bad_key = (1).to_bytes(8, "big") + (5).to_bytes(8, "big") + b'{"ts"'  # truncated key JSON
     produce_records(feed.bootstrap, feed.topic, [Rec(bad_partition, bad_key, b"")])  # type: ignore[list-item]
