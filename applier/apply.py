@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from applier.codec.events import tso_physical_ms
+from applier.ddl_exec import DDLExecutor, DDLFailed, DDLOutcome
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, run_with_retry
 from applier.downstream.session import close_quietly, connect
@@ -26,11 +27,8 @@ from applier.window import Window
 from checkpoint import CheckpointStore
 from sqlgen import (
     Dialect,
-    ErrorClass,
     Statement,
     WindowPlan,
-    classify_ddl_error,
-    plan_ddl,
     plan_window,
     statements,
 )
@@ -127,6 +125,7 @@ class WindowApplier:
         on_retry: Callable[[BaseException], None] = lambda exc: None,
         before_commit: Callable[[], None] = lambda: None,
         backoff: Backoff | None = None,
+        ddl_executor: DDLExecutor | None = None,
     ) -> None:
         self._cfg = downstream
         self._store = store
@@ -137,6 +136,7 @@ class WindowApplier:
         self._notify_retry = on_retry
         self._before_commit = before_commit
         self._backoff = backoff or Backoff(initial=0.2, maximum=10.0)
+        self._ddl = ddl_executor
         self._conn: pymysql.connections.Connection | None = None
         self._maybe_committed = False
         self.stats = ApplyStats()
@@ -354,56 +354,38 @@ class WindowApplier:
         return counts
 
     def _apply_ddl(self, window: Window) -> None:
+        """Run the window's DDL exactly once (:mod:`applier.ddl_exec`: journal, fenced execution
+        on the lock's session, record) with the window's checkpoint in the recording transaction."""
         ddl = window.ddl
         assert ddl is not None
-        plan = plan_ddl(ddl.query, ddl.ddl_type, ddl.schema, self._dialect)
+        if self._ddl is None:
+            raise ApplyError("no DDL executor configured: cannot apply a DDL window")
+        executor = self._ddl
+        outcome: list[DDLOutcome] = []
+
+        def bookkeeping(cur: pymysql.cursors.Cursor) -> None:
+            self._write_checkpoint(cur, window)
+            self._before_commit()
 
         def unit() -> None:
-            if self._already_committed(window):
-                return
-            conn = self.conn
-            try:
-                with conn.cursor() as cur:
-                    for sql in plan.statements():
-                        try:
-                            cur.execute(sql)
-                        except pymysql.MySQLError as exc:
-                            code = error_code(exc)
-                            cls = classify_ddl_error(code)
-                            if cls is ErrorClass.ALREADY_APPLIED:
-                                self.log.info("DDL already applied downstream", code=code, ts=ddl.commit_ts)
-                                continue
-                            if is_transient(exc):
-                                raise
-                            raise ApplyError(
-                                f"DDL at ts {ddl.commit_ts} on {ddl.schema}.{ddl.table} failed with MySQL "
-                                f"error {code}: {exc.args[-1]}; query: {ddl.query[:300]}"
-                            ) from None
-                    self._store.record_ddl(
-                        cur,
-                        commit_ts=ddl.commit_ts,
-                        schema=ddl.schema,
-                        table=ddl.table,
-                        ddl_type=ddl.ddl_type,
-                        query=ddl.query,
-                    )
-                    self._write_checkpoint(cur, window)
-                self._before_commit()
-                conn.commit()
-            except BaseException:
-                _rollback_quietly(conn)
-                raise
+            self._maybe_committed = False  # the executor asks the journal and applied_ddl itself
+            outcome[:] = [executor.apply(self.conn, ddl, bookkeeping)]
 
-        self._retry(unit)
+        try:
+            self._retry(unit)
+        except DDLFailed as exc:
+            raise ApplyError(str(exc)) from None
         self.stats.ddls += 1
         self.stats.transactions += 1
+        result = outcome[0]
         self.log.info(
-            "DDL applied" if plan.execute else "DDL skipped",
+            "DDL applied" if result.plan.execute else "DDL skipped",
             ts=ddl.commit_ts,
             schema=ddl.schema,
             table=ddl.table,
             ddl_type=ddl.ddl_type,
-            reason=plan.reason,
+            reason=result.plan.reason,
+            note=result.note or None,
             query=" ".join(ddl.query.split())[:200],
         )
 

@@ -33,6 +33,7 @@ from applier.barrier import Barrier
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.errors import MalformedRecordError
 from applier.config import Config
+from applier.ddl_exec import DDLExecutor, DDLUnsettled, detect_dialect
 from applier.downstream.errors import DownstreamConnectError
 from applier.downstream.lock import ActiveLock, LockLost, LockWait
 from applier.downstream.session import close_quietly, connect
@@ -45,7 +46,6 @@ from applier.partition_watch import PartitionWatch
 from applier.progress import CheckpointState
 from applier.redact import redact_text
 from checkpoint import CheckpointStore, FencedOut
-from sqlgen import MARIADB, MYSQL, Dialect
 
 EXIT_OK = 0
 EXIT_FATAL = 1
@@ -53,13 +53,6 @@ EXIT_FATAL = 1
 
 class Fatal(RuntimeError):
     """Stop the daemon with one clear log line and a non-zero exit (systemd restarts it)."""
-
-
-def _detect_dialect(conn) -> Dialect:
-    with conn.cursor() as cur:
-        cur.execute("SELECT VERSION()")
-        (version,) = cur.fetchone()
-    return MARIADB if "mariadb" in str(version).lower() else MYSQL
 
 
 def start_offsets(
@@ -161,6 +154,7 @@ class Daemon:
             DownstreamConfigError,
             LockLost,
             FencedOut,
+            DDLUnsettled,
         ) as exc:
             self.log.error("fatal: " + redact_text(str(exc)), error_type=type(exc).__name__)
             self.observer.on_error(type(exc).__name__)
@@ -215,14 +209,16 @@ class Daemon:
         conn = connect(self.downstream, autocommit=False)
         try:
             self.store.ensure_schema(conn)
-            dialect = _detect_dialect(conn)
+            dialect = detect_dialect(conn)
         finally:
             close_quietly(conn)
         self._become_active()
         assert self.lock is not None
+        ddl_executor = DDLExecutor(self.store, dialect, self.lock, owner=self.lock.owner_token)
         conn = connect(self.downstream, autocommit=False)
         try:
             self.store.claim(conn, self.lock.owner_token)
+            ddl_executor.settle(conn)  # a DDL a crash interrupted: recorded or forgotten
             ckpt = self.store.load(conn)
         finally:
             close_quietly(conn)
@@ -258,6 +254,7 @@ class Daemon:
             stop_requested=self._stop.is_set,
             on_retry=self.observer.on_retry,
             before_commit=self.lock.ensure_held,
+            ddl_executor=ddl_executor,
         )
         unsettled = [p for p in partitions if p not in ckpt.offsets]
         self.watch = PartitionWatch(self.reader, self.barrier, self.log, ckpt.offsets, unsettled)

@@ -1,30 +1,58 @@
-"""Executing one DDL event downstream with the daemon's rules, inside a caller's transaction.
+"""Running one DDL event downstream exactly once, for the daemon and the catch-up alike.
 
-Shared by the streaming daemon's DDL windows and the Spark catch-up's DDL epochs, so both run a
-DDL the same way: :func:`sqlgen.plan_ddl` decides whether and how (skipped TiDB-only types, ``USE``
-except for schema-level DDL, TiDB-only clauses removed); error codes that mean "already there"
-(a replayed ``CREATE TABLE``, a duplicate column after a crash between the DDL and its checkpoint)
-are ignored; transient errors propagate unchanged so the caller's retry loop replays the unit;
-anything else is a :class:`DDLFailed`, which no retry can fix.
+MySQL and MariaDB commit a DDL on its own: it cannot join the transaction that records it, so a
+process killed between the two leaves a DDL that took effect and a checkpoint that does not say
+so (or the other way round, if it were recorded first). Error codes do not settle it either: a
+re-run ``RENAME TABLE a TO b`` fails with "no such table", a re-run ``DROP COLUMN`` of a column that
+was dropped and re-added in between silently destroys data, a re-run ``EXCHANGE PARTITION`` swaps
+the rows back. So a DDL goes through a journal, and the downstream's catalogue decides:
 
-The caller records the DDL (``CheckpointStore.record_ddl``) and moves its checkpoint in the same
-transaction and commits: a DDL is not transactional itself, so the record is what recognises it
-when the stream replays it.
+1. **Journal**: the catalogue of every schema the DDL touches is fingerprinted
+   (:class:`applier.catalogue.Catalogue`: definitions and table ids) and written to the
+   ``ddl_journal`` row of the changefeed, in a committed transaction fenced by the owner token.
+2. **DDL**: on the session that holds the single-active lock, right after checking that it still
+   holds it (:meth:`ActiveLock.run_fenced`): a stale instance cannot run a DDL.
+3. **Record**: ``applied_ddl``, the checkpoint the caller writes, and the journal row removed, in
+   one transaction. Only then does the caller apply rows after the DDL.
+
+After a crash (or a lost connection) between 1 and 3, :meth:`DDLExecutor.settle` compares the
+journaled fingerprint with the catalogue now. Nothing else changes these schemas' catalogue
+between the journal and the restart (the daemon is their only writer of DDL, and MariaDB and
+MySQL 8 DDL is atomic), so: changed means the DDL took effect (it is recorded); unchanged means it
+did not, or had no effect at all, and running it (again) gives exactly what one run gives.
+
+An error that usually means "already there" (1050 table exists, 1060 duplicate column, ...) on a
+first run means the downstream held that object *before* this DDL: it is accepted only when the
+catalogue shows the DDL's effect (:func:`confirmed_effect`), never by the code alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pymysql
+import sqlglot
+from sqlglot import exp
 
+from applier.catalogue import Catalogue, Fingerprint
 from applier.codec.events import DDLEvent
 from applier.downstream.errors import error_code, is_transient
+from applier.downstream.lock import ActiveLock
+from applier.logs import get_logger
+from checkpoint import CheckpointStore, JournalEntry, ddl_digest
 from sqlgen import MARIADB, MYSQL, DDLPlan, Dialect, ErrorClass, classify_ddl_error, plan_ddl
+from sqlgen.ddl import SCHEMA_DDL_TYPES
+from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, tokenize
 
 
 class DDLFailed(RuntimeError):
     """A DDL failed with an error that retrying cannot fix; the message names the DDL and the code."""
+
+
+class DDLUnsettled(RuntimeError):
+    """A DDL journaled before a crash cannot be decided from the catalogue; an operator must look."""
 
 
 def detect_dialect(conn: pymysql.connections.Connection) -> Dialect:
@@ -32,35 +60,348 @@ def detect_dialect(conn: pymysql.connections.Connection) -> Dialect:
     with conn.cursor() as cur:
         cur.execute("SELECT VERSION()")
         (version,) = cur.fetchone()
+    conn.rollback()
     return MARIADB if "mariadb" in str(version).lower() else MYSQL
 
 
-def execute_ddl(
-    cur: pymysql.cursors.Cursor,
-    ddl: DDLEvent,
-    dialect: Dialect,
-    *,
-    on_already_applied: Callable[[int | None], None] = lambda code: None,
-) -> DDLPlan:
-    """Run ``ddl``'s statements on ``cur``; returns the plan (``plan.execute`` False: skipped).
+def touched_schemas(ddl: DDLEvent | JournalEntry) -> frozenset[str]:
+    """The schemas a DDL may change: its key's schema and every schema its text qualifies a
+    name with (``RENAME TABLE a TO other.b``, ``EXCHANGE PARTITION p WITH TABLE other.t``)."""
+    schemas = {ddl.schema} if ddl.schema else set()
+    toks = [t for t in tokenize(ddl.query) if t.kind not in INSIGNIFICANT]
+    for i in range(len(toks) - 2):
+        a, dot, b = toks[i], toks[i + 1], toks[i + 2]
+        if dot.kind == PUNCT and dot.text == "." and a.kind in (WORD, QIDENT) and b.kind in (WORD, QIDENT):
+            schemas.add(_ident(a.text))
+    if ddl.ddl_type in SCHEMA_DDL_TYPES and not ddl.schema:
+        words = [t for t in toks if t.kind in (WORD, QIDENT)]
+        if len(words) >= 3:
+            schemas.add(_ident(words[-1].text))
+    return frozenset(schemas)
 
-    Raises the driver's error for transient failures (the caller retries the whole unit after a
-    reconnect) and :class:`DDLFailed` for permanent ones. ``on_already_applied`` is told the error
-    code of each statement whose failure means the change is already there.
+
+def _ident(text: str) -> str:
+    if text.startswith("`") and text.endswith("`") and len(text) >= 2:
+        return text[1:-1].replace("``", "`")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class DDLOutcome:
+    plan: DDLPlan
+    ran: bool
+    """True when this call ran the statement; False when skipped, found applied, or recorded."""
+    note: str = ""
+
+
+class DDLExecutor:
+    """Journal, fenced execution and recording of DDL events (see the module docstring).
+
+    ``conn`` arguments are the caller's apply session (autocommit off); the DDL itself runs on the
+    lock's session. ``owner`` is the instance's fence token for the journal write.
     """
-    plan = plan_ddl(ddl.query, ddl.ddl_type, ddl.schema, dialect)
-    for sql in plan.statements():
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        dialect: Dialect,
+        lock: ActiveLock,
+        *,
+        owner: str | None,
+        on_statement: Callable[[int, str], None] = lambda connection_id, sql: None,
+    ) -> None:
+        self._store = store
+        self._dialect = dialect
+        self._lock = lock
+        self._owner = owner
+        self._catalogue = Catalogue(dialect)
+        self._on_statement = on_statement
+        self.log = get_logger(component="ddl")
+        self._warned_identity = False
+
+    # -- after a crash -------------------------------------------------------------------------
+    def settle(self, conn: pymysql.connections.Connection) -> None:
+        """Decide a DDL journaled by an earlier run (call at start-up, before loading the
+        checkpoint): recorded as applied when the catalogue changed since the journal, else
+        forgotten (the stream delivers it again and it runs then)."""
+        with conn.cursor() as cur:
+            entry = self._store.pending_ddl(cur)
+        conn.rollback()
+        if entry is None:
+            return
+        changes = self._changes_since(conn, entry)
+        with conn.cursor() as cur:
+            self._store.fence(cur, self._owner)
+            if changes:
+                self._record(cur, entry)
+            self._store.end_ddl(cur)
+        conn.commit()
+        self.log.warning(
+            "a DDL was interrupted by a crash or a lost session: "
+            + (
+                "it had taken effect, recorded as applied"
+                if changes
+                else "it had not taken effect, it runs again"
+            ),
+            ts=entry.commit_ts,
+            schema=entry.schema,
+            table=entry.table,
+            changes=changes,
+            query=_short(entry.query),
+        )
+
+    def _changes_since(self, conn: pymysql.connections.Connection, entry: JournalEntry) -> list[str]:
+        before = Fingerprint.from_json(entry.catalogue)
+        now = self._catalogue.fingerprint(conn, before.schemas)
+        changes = before.changes(now)
+        if not changes and not (before.identity and now.identity) and _moves_data(entry.query):
+            raise DDLUnsettled(
+                f"the DDL at ts {entry.commit_ts} ({_short(entry.query)}) was interrupted, and whether it "
+                "took effect cannot be told without table ids (grant the PROCESS privilege): compare "
+                "the tables by hand, then either run the DDL yourself and leave the journal row, or "
+                "delete the changefeed's row from the ddl_journal table"
+            )
+        return changes
+
+    # -- one DDL event ---------------------------------------------------------------------------
+    def apply(
+        self,
+        conn: pymysql.connections.Connection,
+        ddl: DDLEvent,
+        bookkeeping: Callable[[pymysql.cursors.Cursor], None],
+    ) -> DDLOutcome:
+        """Run ``ddl`` exactly once and commit its record with ``bookkeeping`` (the caller's
+        checkpoint write, fenced). Re-entrant: a retry after a transient error (a new ``conn``)
+        picks up where the previous attempt stopped, deciding from the journal and the catalogue."""
+        plan = plan_ddl(ddl.query, ddl.ddl_type, ddl.schema, self._dialect)
+        with conn.cursor() as cur:
+            recorded = self._store.ddl_recorded(cur, ddl.commit_ts, ddl.query)
+            entry = self._store.pending_ddl(cur)
+        conn.rollback()
+        if recorded:  # an ambiguous COMMIT of step 3 that landed
+            return DDLOutcome(plan, False, "recorded before")
+        if not plan.execute:
+            self._finish(conn, ddl, bookkeeping)
+            return DDLOutcome(plan, False)
+        took_effect = False
+        if entry is not None and (entry.commit_ts, ddl_digest(entry.query)) == (
+            ddl.commit_ts,
+            ddl_digest(ddl.query),
+        ):
+            took_effect = bool(self._changes_since(conn, entry))
+        else:
+            before = self._catalogue.fingerprint(conn, touched_schemas(ddl))
+            if not before.identity and not self._warned_identity:
+                self._warned_identity = True
+                self.log.warning(
+                    "table ids are not visible (the PROCESS privilege is missing): a crash during "
+                    "EXCHANGE PARTITION or a RENAME that swaps tables would need an operator"
+                )
+            with conn.cursor() as cur:
+                self._store.fence(cur, self._owner)
+                self._store.begin_ddl(
+                    cur,
+                    commit_ts=ddl.commit_ts,
+                    schema=ddl.schema,
+                    table=ddl.table,
+                    ddl_type=ddl.ddl_type,
+                    query=ddl.query,
+                    catalogue=before.to_json(),
+                )
+            conn.commit()
+        note = "took effect before it was recorded" if took_effect else self._run(conn, ddl, plan)
+        self._finish(conn, ddl, bookkeeping)
+        return DDLOutcome(plan, not took_effect, note)
+
+    def _run(self, conn: pymysql.connections.Connection, ddl: DDLEvent, plan: DDLPlan) -> str:
+        statements = plan.statements()
         try:
-            cur.execute(sql)
+            self._lock.run_fenced(statements, on_start=lambda cid: self._on_statement(cid, statements[-1]))
         except pymysql.MySQLError as exc:
             code = error_code(exc)
-            if classify_ddl_error(code) is ErrorClass.ALREADY_APPLIED:
-                on_already_applied(code)
-                continue
             if is_transient(exc):
                 raise
+            if classify_ddl_error(code) is ErrorClass.ALREADY_APPLIED:
+                why = confirmed_effect(conn, ddl, plan.sql)
+                if why:
+                    self.log.info(
+                        "DDL effect already present downstream", code=code, ts=ddl.commit_ts, why=why
+                    )
+                    return f"already present ({why})"
+                raise DDLFailed(
+                    f"DDL at ts {ddl.commit_ts} on {ddl.schema}.{ddl.table} failed with MySQL error {code} "
+                    f"({exc.args[-1]}), which would mean its change is already there, but the downstream's "
+                    f"catalogue does not show that change; query: {_short(ddl.query, 300)}"
+                ) from None
             raise DDLFailed(
                 f"DDL at ts {ddl.commit_ts} on {ddl.schema}.{ddl.table} failed with MySQL "
-                f"error {code}: {exc.args[-1]}; query: {ddl.query[:300]}"
+                f"error {code}: {exc.args[-1]}; query: {_short(ddl.query, 300)}"
             ) from None
-    return plan
+        return ""
+
+    def _finish(
+        self,
+        conn: pymysql.connections.Connection,
+        ddl: DDLEvent,
+        bookkeeping: Callable[[pymysql.cursors.Cursor], None],
+    ) -> None:
+        try:
+            with conn.cursor() as cur:
+                self._record(cur, ddl)
+                bookkeeping(cur)
+                self._store.end_ddl(cur)
+            conn.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the session may be gone: the server rolls back
+                conn.rollback()
+            raise
+
+    def _record(self, cur: pymysql.cursors.Cursor, ddl: DDLEvent | JournalEntry) -> None:
+        self._store.record_ddl(
+            cur,
+            commit_ts=ddl.commit_ts,
+            schema=ddl.schema,
+            table=ddl.table,
+            ddl_type=ddl.ddl_type,
+            query=ddl.query,
+        )
+
+
+def _short(query: str, n: int = 200) -> str:
+    return " ".join(query.split())[:n]
+
+
+def _moves_data(query: str) -> bool:
+    """Statements whose effect can be invisible in the table definitions: only table ids tell."""
+    words = {t.upper for t in tokenize(query) if t.kind == WORD}
+    return "EXCHANGE" in words or "RENAME" in words
+
+
+# -- "already there": what the catalogue must show ---------------------------------------------
+
+
+def _dropped(node: exp.Expression) -> list[exp.Expression]:
+    """The objects a sqlglot ``Drop`` names (kept under ``tables`` whatever their kind)."""
+    return list(node.args.get("tables") or node.expressions or [])
+
+
+def confirmed_effect(conn: pymysql.connections.Connection, ddl: DDLEvent, sql: str) -> str:
+    """Why the catalogue shows ``ddl``'s effect already, or '' when it does not (or cannot tell).
+
+    Checked: a created/dropped schema exists/is gone; a created table exists with the statement's
+    columns in order (or the ``LIKE`` source's); a dropped table is gone; added columns and indexes
+    exist; dropped ones are gone.
+    """
+    try:
+        return _confirm(conn, ddl, sql)
+    finally:
+        conn.rollback()
+
+
+def _confirm(conn: pymysql.connections.Connection, ddl: DDLEvent, sql: str) -> str:
+    with conn.cursor() as cur:
+        if ddl.ddl_type in (1, 2):
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (ddl.schema,)
+            )
+            exists = cur.fetchone()[0] > 0
+            if exists == (ddl.ddl_type == 1):
+                return f"schema {ddl.schema} {'exists' if exists else 'is gone'}"
+            return ""
+        try:
+            tree = sqlglot.parse_one(sql, read="mysql")
+        except Exception:
+            return ""
+
+        def table_of(node: exp.Expression | None) -> tuple[str, str] | None:
+            t = node if isinstance(node, exp.Table) else (node.find(exp.Table) if node is not None else None)
+            if t is None or not t.name:
+                return None
+            return (t.db or ddl.schema, t.name)
+
+        def columns(t: tuple[str, str]) -> list[str] | None:
+            cur.execute(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+                t,
+            )
+            names = [r[0] for r in cur.fetchall()]
+            return names or None
+
+        def indexes(t: tuple[str, str]) -> set[str]:
+            cur.execute(
+                "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                t,
+            )
+            return {r[0].lower() for r in cur.fetchall()}
+
+        if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() in ("TABLE", "VIEW"):
+            target = table_of(tree.this)
+            if target is None:
+                return ""
+            have = columns(target)
+            if have is None:
+                return ""
+            schema = tree.this if isinstance(tree.this, exp.Schema) else None
+            if schema is not None:
+                want = [c.name for c in schema.expressions if isinstance(c, exp.ColumnDef)]
+                return f"{target[0]}.{target[1]} exists with columns {want}" if want == have else ""
+            like = tree.find(exp.LikeProperty)
+            if like is not None:
+                source = table_of(like.this)
+                same = source is not None and columns(source) == have
+                return f"{target[0]}.{target[1]} exists like {source}" if same else ""
+            return (
+                f"view {target[0]}.{target[1]} exists" if str(tree.args.get("kind")).upper() == "VIEW" else ""
+            )
+        if isinstance(tree, exp.Drop) and str(tree.args.get("kind", "")).upper() in ("TABLE", "VIEW"):
+            named = _dropped(tree)
+            gone = [t for t in (table_of(x) for x in named) if t is not None and columns(t) is None]
+            return f"{gone} gone" if gone and len(gone) == len(named) else ""
+        if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() == "INDEX":
+            index = tree.this
+            target = table_of(index.args.get("table")) if isinstance(index, exp.Index) else None
+            if target is None or not index.name:
+                return ""
+            return f"index {index.name} exists" if index.name.lower() in indexes(target) else ""
+        if isinstance(tree, exp.Alter):
+            target = table_of(tree.this)
+            if target is None:
+                return ""
+            have = columns(target) or []
+            have_lower = {c.lower() for c in have}
+            have_idx = indexes(target)
+            facts = []
+            for action in tree.args.get("actions") or []:
+                if isinstance(action, exp.ColumnDef):
+                    if action.name.lower() not in have_lower:
+                        return ""
+                    facts.append(f"column {action.name} exists")
+                elif isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() in (
+                    "COLUMN",
+                    "INDEX",
+                    "KEY",
+                ):
+                    kind = str(action.args.get("kind")).upper()
+                    for n in _dropped(action):
+                        name = n.name.lower()
+                        present = name in have_lower if kind == "COLUMN" else name in have_idx
+                        if present:
+                            return ""
+                        facts.append(f"{kind.lower()} {n.name} gone")
+                elif isinstance(action, exp.AddConstraint):
+                    for c in action.expressions:
+                        if isinstance(c, exp.PrimaryKey):
+                            name = "primary"
+                        elif isinstance(c, exp.IndexColumnConstraint) and c.this is not None:
+                            name = c.this.name.lower()
+                        else:
+                            return ""
+                        if name not in have_idx:
+                            return ""
+                        facts.append(f"index {name} exists")
+                else:
+                    return ""
+            return ", ".join(facts)
+        return ""

@@ -25,7 +25,7 @@ from typing import Final
 
 import pymysql
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 DEFAULT_SCHEMA: Final = "ticdc_applier"
 
 NAME_MAX_CHARS: Final = 255
@@ -34,6 +34,20 @@ NAME_MAX_CHARS: Final = 255
 _COLLATION_PREFERENCE: Final = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 
 _TABLE_OPTIONS: Final = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={c} ROW_FORMAT=DYNAMIC"
+
+_DDL_JOURNAL: Final = """
+CREATE TABLE IF NOT EXISTS {s}.`ddl_journal` (
+  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `commit_ts` BIGINT UNSIGNED NOT NULL,
+  `query_digest` CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'sha256 of query',
+  `schema_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `table_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `ddl_type` INT NOT NULL,
+  `query` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
+  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: fingerprint before the DDL',
+  `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',
+  PRIMARY KEY (`changefeed`)
+) """ + _TABLE_OPTIONS
 
 # {s}: quoted schema, {c}: collation. Only identifiers we control are formatted in; values are bound.
 TABLES: Final[dict[str, str]] = {
@@ -89,11 +103,16 @@ CREATE TABLE IF NOT EXISTS {s}.`applied_ddl` (
   PRIMARY KEY (`changefeed`, `commit_ts`, `query_digest`)
 ) """
     + _TABLE_OPTIONS,
+    # The DDL being executed (at most one per changefeed): written and committed before the DDL
+    # runs, deleted in the transaction that records it (applier/ddl_exec.py says why).
+    "ddl_journal": _DDL_JOURNAL,
 }
 
 # version N -> statements that upgrade a version-N layout to N + 1 ({s}/{c} formatted as above).
 # Each statement must be idempotent: two instances starting together may both run it.
-MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {}
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (_DDL_JOURNAL,),  # version 2: the DDL journal
+}
 
 
 class CheckpointSchemaError(RuntimeError):

@@ -78,6 +78,18 @@ class Checkpoint:
         return max(self.resolved_ts, self.tables.get((schema, table), 0))
 
 
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """A DDL that was about to run when the journal entry was committed (``catalogue``: JSON)."""
+
+    commit_ts: int
+    schema: str
+    table: str
+    ddl_type: int
+    query: str
+    catalogue: str
+
+
 def _check_ts(what: str, value: object) -> int:
     if type(value) is not int or not 0 <= value <= UINT64_MAX:
         raise ValueError(f"{what} must be an int in [0, 2^64-1], got {value!r}")
@@ -265,18 +277,7 @@ class CheckpointStore:
             for p, off in offsets.items()
         )
 
-        if owner is not None:
-            cur.execute(
-                f"SELECT `owner` FROM {self._t('changefeed')} WHERE `changefeed` = %s FOR UPDATE",
-                (self.changefeed,),
-            )
-            row = cur.fetchone()
-            current = row[0] if row else None
-            if current != owner:
-                raise FencedOut(
-                    f"changefeed {self.changefeed!r} is now owned by {current!r}, not {owner!r}: "
-                    "another instance took over; stop applying"
-                )
+        self.fence(cur, owner)
 
         cur.execute(
             f"INSERT INTO {self._t('changefeed')} (`changefeed`, `topic`, `resolved_ts`, `updated_at`) "
@@ -308,6 +309,24 @@ class CheckpointStore:
                 [v for r in chunk for v in r],
             )
 
+    def fence(self, cur: pymysql.cursors.Cursor, owner: str | None) -> None:
+        """Lock the changefeed row and raise :class:`FencedOut` unless ``owner`` is its last
+        claimant (no-op for ``owner`` None). The row lock lasts until the caller's commit, which
+        is what makes the fence airtight for everything written in that transaction."""
+        if owner is None:
+            return
+        cur.execute(
+            f"SELECT `owner` FROM {self._t('changefeed')} WHERE `changefeed` = %s FOR UPDATE",
+            (self.changefeed,),
+        )
+        row = cur.fetchone()
+        current = row[0] if row else None
+        if current != owner:
+            raise FencedOut(
+                f"changefeed {self.changefeed!r} is now owned by {current!r}, not {owner!r}: "
+                "another instance took over; stop applying"
+            )
+
     def record_ddl(
         self,
         cur: pymysql.cursors.Cursor,
@@ -337,12 +356,57 @@ class CheckpointStore:
             (self.changefeed, commit_ts, ddl_digest(query), schema, table, ddl_type, query),
         )
 
+    # -- the DDL journal (applier/ddl_exec.py) ------------------------------------------------
+
+    def begin_ddl(
+        self,
+        cur: pymysql.cursors.Cursor,
+        *,
+        commit_ts: int,
+        schema: str,
+        table: str,
+        ddl_type: int,
+        query: str,
+        catalogue: str,
+    ) -> None:
+        """Write the journal entry of a DDL about to run: the caller commits it *before* the DDL.
+
+        ``catalogue`` is the JSON fingerprint of the objects the DDL touches, taken before it ran;
+        a restart compares it with the catalogue to learn whether the DDL took effect. One entry
+        per changefeed: a newer one replaces an older (settled) one.
+        """
+        _check_ts("commit_ts", commit_ts)
+        _check_name("schema name", schema)
+        _check_name("table name", table)
+        cur.execute(
+            f"REPLACE INTO {self._t('ddl_journal')} (`changefeed`, `commit_ts`, `query_digest`, "
+            "`schema_name`, `table_name`, `ddl_type`, `query`, `catalogue`, `started_at`) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, UTC_TIMESTAMP(6))",
+            (self.changefeed, commit_ts, ddl_digest(query), schema, table, ddl_type, query, catalogue),
+        )
+
+    def pending_ddl(self, cur: pymysql.cursors.Cursor) -> JournalEntry | None:
+        """The journal entry of a DDL that started and was not recorded (a crash in between)."""
+        cur.execute(
+            f"SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `catalogue` "
+            f"FROM {self._t('ddl_journal')} WHERE `changefeed` = %s",
+            (self.changefeed,),
+        )
+        row = cur.fetchone()
+        if row is None:
+            return None
+        return JournalEntry(int(row[0]), row[1], row[2], int(row[3]), row[4], row[5])
+
+    def end_ddl(self, cur: pymysql.cursors.Cursor) -> None:
+        """Remove the journal entry, in the transaction that records the DDL (or settles it)."""
+        cur.execute(f"DELETE FROM {self._t('ddl_journal')} WHERE `changefeed` = %s", (self.changefeed,))
+
     # -- operator actions ---------------------------------------------------------------------
 
     def reset(self, conn: pymysql.connections.Connection) -> None:
         """Forget everything about this changefeed (commits); other changefeeds are untouched."""
         with conn.cursor() as cur:
-            for table in ("table_checkpoint", "partition_offset", "applied_ddl", "changefeed"):
+            for table in ("table_checkpoint", "partition_offset", "applied_ddl", "ddl_journal", "changefeed"):
                 cur.execute(f"DELETE FROM {self._t(table)} WHERE `changefeed` = %s", (self.changefeed,))
         conn.commit()
 

@@ -28,7 +28,7 @@ def run_catchup_command(cfg: Config) -> int:
         return EXIT_USAGE
     from applier.catchup.job import CatchupError, run_catchup
     from applier.codec.errors import MalformedRecordError
-    from applier.ddl_exec import DDLFailed
+    from applier.ddl_exec import DDLFailed, DDLUnsettled
     from applier.downstream.errors import DownstreamConnectError
     from applier.downstream.lock import LockLost
     from applier.downstream.url import DownstreamConfigError
@@ -43,6 +43,7 @@ def run_catchup_command(cfg: Config) -> int:
     except (
         CatchupError,
         DDLFailed,
+        DDLUnsettled,
         DownstreamConnectError,
         KafkaReadError,
         LockLost,

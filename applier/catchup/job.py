@@ -45,7 +45,7 @@ from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_key
 from applier.codec.decoder import DecoderOptions
 from applier.codec.events import DDLEvent, RowEvent
 from applier.config import Config
-from applier.ddl_exec import detect_dialect, execute_ddl
+from applier.ddl_exec import DDLExecutor, detect_dialect
 from applier.downstream.lock import ActiveLock
 from applier.downstream.retry import Backoff, run_with_retry
 from applier.downstream.session import close_quietly, connect
@@ -136,6 +136,7 @@ class CatchupJob:
         self.summary = Summary(from_ts=self.from_ts)
         self.lock: ActiveLock | None = None
         self.dialect: Dialect | None = None
+        self.ddl_executor: DDLExecutor | None = None
         self._session_thread: threading.Thread | None = None
         self._session_error: BaseException | None = None
 
@@ -189,9 +190,11 @@ class CatchupJob:
                 f"another applier instance is active for changefeed {self.cfg.group_id!r}; stop it first "
                 "(a catch-up and a daemon must not write the same changefeed at once)"
             )
+        self.ddl_executor = DDLExecutor(self.store, self.dialect, self.lock, owner=self._owner())
         conn = connect(self.downstream)
         try:
             self.store.claim(conn, self._owner())
+            self.ddl_executor.settle(conn)  # a DDL a crash interrupted: recorded or forgotten
             ckpt = self.store.load(conn)
         finally:
             close_quietly(conn)
@@ -540,36 +543,22 @@ class CatchupJob:
         assert ddl is not None and self.dialect is not None
         plan_box: list[Any] = [None]
 
-        def unit(conn: pymysql.connections.Connection) -> None:
-            with conn.cursor() as cur:
-                plan_box[0] = execute_ddl(
-                    cur,
-                    ddl,
-                    self.dialect,
-                    on_already_applied=lambda code: self.log.info(
-                        "DDL already applied downstream", code=code, ts=ddl.commit_ts
-                    ),
-                )
-                self.store.record_ddl(
-                    cur,
-                    commit_ts=ddl.commit_ts,
-                    schema=ddl.schema,
-                    table=ddl.table,
-                    ddl_type=ddl.ddl_type,
-                    query=ddl.query,
-                )
-                self.store.write(
-                    cur,
-                    topic=None,
-                    resolved_ts=epoch.upper,
-                    tables={(ddl.schema, ddl.table): epoch.upper} if ddl.table else {},
-                    offsets={},
-                    partition_resolved={},
-                    owner=self._owner(),
-                )
+        def bookkeeping(cur: pymysql.cursors.Cursor) -> None:
+            self.store.write(
+                cur,
+                topic=None,
+                resolved_ts=epoch.upper,
+                tables={(ddl.schema, ddl.table): epoch.upper} if ddl.table else {},
+                offsets={},
+                partition_resolved={},
+                owner=self._owner(),
+            )
             assert self.lock is not None
             self.lock.ensure_held()
-            conn.commit()
+
+        def unit(conn: pymysql.connections.Connection) -> None:
+            assert self.ddl_executor is not None
+            plan_box[0] = self.ddl_executor.apply(conn, ddl, bookkeeping).plan
 
         self._retry(unit)
         plan = plan_box[0]

@@ -68,6 +68,14 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 
+CONNECTION_LOSS_CODES: Final = frozenset({1053, 1927, 2006, 2013, 4031})
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """True when the session itself is gone (not just the statement): its locks went with it."""
+    return isinstance(exc, pymysql.err.InterfaceError) or error_code(exc) in CONNECTION_LOSS_CODES
+
+
 def describe(exc: BaseException) -> str:
     """``"(2013) Lost connection ..."`` — a compact, secret-free form for logs."""
     code = error_code(exc)

@@ -32,13 +32,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import pymysql
 
-from applier.downstream.errors import is_transient
+from applier.downstream.errors import is_connection_loss, is_transient
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from applier.logs import get_logger
@@ -249,6 +249,72 @@ class ActiveLock:
                 return self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
         except Exception:
             return False
+
+    def run_fenced(
+        self,
+        statements: Sequence[str],
+        *,
+        on_start: Callable[[int], None] = lambda connection_id: None,
+    ) -> None:
+        """Run ``statements`` (a DDL) on the lock's own session, right after asking the server
+        that this session still holds the lock.
+
+        Why here: a DDL commits on its own, so the owner fence of the checkpoint cannot stop a
+        stale instance from running one. The check and the DDL share the session that holds the
+        lock, and the heartbeat waits meanwhile, so no other instance can hold the lock between
+        the two. A lock found gone is lost for good (no re-take: a standby may have it). The
+        session's read timeout is lifted while the DDL runs (a long ALTER is not a dead server;
+        hung statements are watched elsewhere). ``on_start`` gets the session's connection id
+        (for the statement watch). Database errors of the DDL propagate; a lost session
+        raises :class:`LockLost` (it took the lock with it).
+        """
+        with self._mutex:
+            if self._conn is None or not self._held or self._lost.is_set():
+                raise LockLost(f"the single-active lock {self.name!r} is not held: not running a DDL")
+            conn = self._conn
+            checked = False
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.name,))
+                    row = cur.fetchone()
+                    checked = True
+                    if not row or row[0] != 1:
+                        raise LockLost(
+                            f"the single-active lock {self.name!r} is held by another session: "
+                            "not running a DDL (another instance may be active)"
+                        )
+                    on_start(int(self._connection_id or 0))
+                    saved = conn._read_timeout  # pymysql applies it to every read of the session
+                    conn._read_timeout = None
+                    try:
+                        for sql in statements:
+                            cur.execute(sql)
+                    finally:
+                        conn._read_timeout = saved
+            except LockLost:
+                self._lost_locked()
+                raise
+            except pymysql.err.MySQLError as exc:
+                if isinstance(exc, pymysql.err.InterfaceError) or not conn.open or is_connection_loss(exc):
+                    self._lost_locked()
+                    why = exc.args[-1] if exc.args else exc
+                    if not checked:
+                        raise LockLost(
+                            f"the session holding the single-active lock {self.name!r} is gone ({why}): "
+                            "not running a DDL (another instance may be active)"
+                        ) from None
+                    raise LockLost(
+                        f"the session holding the single-active lock {self.name!r} was lost while running "
+                        f"a DDL ({why}); a restart settles the DDL"
+                    ) from None
+                raise
+
+    def _lost_locked(self) -> None:
+        """:meth:`_mark_lost` for a caller that already holds the mutex."""
+        self._lost.set()
+        self._stop.set()
+        close_quietly(self._conn)
+        self._conn = None
 
     def ensure_held(self, *, check: bool = False) -> None:
         """Raise :class:`LockLost` unless the lock is held. ``check=False`` trusts the heartbeat

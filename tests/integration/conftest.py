@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
+import pymysql
 import pytest
 
 from tests.integration.harness import Changefeed
@@ -16,3 +17,41 @@ def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
     cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
     yield cf
     cf.drop()
+
+
+LEAST_PRIVILEGE_SCHEMAS = ("ddlc\\_%", "ddlc2\\_%", "fence\\_%", "hostile\\_%")
+"""Schema patterns of the DDL tests that run as the least-privilege user (docs/operations.md,
+"The database user")."""
+
+
+@pytest.fixture(scope="session")
+def least_privilege_url(mariadb_params: dict) -> Iterator[str]:
+    """mysql:// URL of a user holding exactly the grants docs/operations.md lists: no SUPER, no
+    GRANT OPTION, nothing on other schemas. Test checkpoint schemas all start with ``ckpt_``."""
+    user, password = f"applier_lp_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin = pymysql.connect(**mariadb_params, autocommit=True)
+    try:
+        with admin.cursor() as cur:
+            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (user, password))
+            cur.execute("GRANT PROCESS ON *.* TO %s@'%%'", (user,))
+            cur.execute("GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON `ckpt\\_%%`.* TO %s@'%%'", (user,))
+            for pattern in LEAST_PRIVILEGE_SCHEMAS:
+                cur.execute(
+                    "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES, "
+                    f"CREATE VIEW, SHOW VIEW ON `{pattern.replace('%', '%%')}`.* TO %s@'%%'",
+                    (user,),
+                )
+        p = mariadb_params
+        yield f"mysql://{user}:{password}@{p['host']}:{p['port']}/"
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS %s@'%%'", (user,))
+        admin.close()
+
+
+@pytest.fixture(params=["root", "least-privilege"])
+def ddl_downstream_url(request: pytest.FixtureRequest, downstream_url: str) -> str:
+    """The DDL tests run twice: as root and as the least-privilege user."""
+    if request.param == "root":
+        return downstream_url
+    return request.getfixturevalue("least_privilege_url")

@@ -92,6 +92,7 @@ def test_ensure_schema_creates_database_and_is_idempotent(conn, mariadb_params: 
             assert cur.fetchall() == (
                 ("applied_ddl", "InnoDB"),
                 ("changefeed", "InnoDB"),
+                ("ddl_journal", "InnoDB"),
                 ("partition_offset", "InnoDB"),
                 ("schema_version", "InnoDB"),
                 ("table_checkpoint", "InnoDB"),
@@ -116,6 +117,17 @@ def test_newer_layout_is_refused(conn, store: CheckpointStore) -> None:
     conn.commit()
     with pytest.raises(CheckpointSchemaError, match="newer than this applier"):
         store.ensure_schema(conn)
+
+
+def test_a_version_1_layout_gains_the_ddl_journal(conn, store: CheckpointStore) -> None:
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE `{store.schema}`.ddl_journal")
+        cur.execute(f"UPDATE `{store.schema}`.schema_version SET version = 1")
+    conn.commit()
+    assert ensure_schema(conn, store.schema) == SCHEMA_VERSION == 2
+    with conn.cursor() as cur:
+        assert store.pending_ddl(cur) is None
+    conn.commit()
 
 
 def test_schema_name_is_quoted(conn, mariadb_params: dict) -> None:
