@@ -12,13 +12,29 @@ from typing import Final
 
 import pymysql
 
+# The one table of transient codes, each with the class its retries are counted and logged under.
 # Lock wait timeout, deadlock: the transaction was (or must be) rolled back; replaying it is the
 # documented remedy. 2002/2003: cannot connect (server restarting). 2006/2013: the connection died.
-# The brief's set, plus codes that mean the same thing on some servers:
+# Codes that mean the same thing on some servers:
 #   1053 ER_SERVER_SHUTDOWN - server is shutting down, connection about to die;
+#   1317 ER_QUERY_INTERRUPTED - the statement was killed (KILL QUERY); the transaction is rolled
+#        back below, so replaying it is safe; on stop the daemon kills its own statement and
+#        does not replay (applier.apply.Stopping);
 #   1927 ER_CONNECTION_KILLED (MariaDB) - our session was killed while a statement ran;
 #   4031 (MySQL >= 8.0.24) - idle session disconnected by wait_timeout, sent as an error packet.
-TRANSIENT_CODES: Final = frozenset({1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 4031})
+TRANSIENT_CLASSES: Final = {
+    1205: "lock_wait",
+    1213: "deadlock",
+    1317: "interrupted",
+    1053: "server_shutdown",
+    1927: "connection",
+    2002: "connection",
+    2003: "connection",
+    2006: "connection",
+    2013: "connection",
+    4031: "connection",
+}
+TRANSIENT_CODES: Final = frozenset(TRANSIENT_CLASSES)
 
 # Codes that mean "the server is not there" when they come from connect().
 UNREACHABLE_CODES: Final = frozenset({2002, 2003, 2005, 2006, 2013})
@@ -74,6 +90,12 @@ CONNECTION_LOSS_CODES: Final = frozenset({1053, 1927, 2006, 2013, 4031})
 def is_connection_loss(exc: BaseException) -> bool:
     """True when the session itself is gone (not just the statement): its locks went with it."""
     return isinstance(exc, pymysql.err.InterfaceError) or error_code(exc) in CONNECTION_LOSS_CODES
+
+
+def retry_class(exc: BaseException) -> str:
+    """The class a transient error is counted and logged under: ``lock_wait``, ``deadlock``,
+    ``interrupted``, ``server_shutdown`` or ``connection`` (no code: a dropped socket)."""
+    return TRANSIENT_CLASSES.get(error_code(exc) or 0, "connection")
 
 
 def describe(exc: BaseException) -> str:
