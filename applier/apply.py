@@ -19,9 +19,10 @@ import pymysql
 from applier.codec.events import tso_physical_ms
 from applier.ddl_exec import DDLExecutor, DDLFailed, DDLOutcome
 from applier.downstream.errors import error_code, is_transient
-from applier.downstream.retry import Backoff, RetryInfo, run_with_retry
+from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
+from applier.downstream.watch import StatementWatch
 from applier.logs import get_logger
 from applier.window import Window
 from checkpoint import CheckpointStore
@@ -39,7 +40,8 @@ class ApplyError(RuntimeError):
 
 
 class Stopping(Exception):
-    """Raised inside a retry wait when the daemon was asked to stop (SIGTERM/SIGINT)."""
+    """The daemon was asked to stop (SIGTERM/SIGINT) while a unit waited to be replayed, or its
+    statement was killed for the stop (:meth:`WindowApplier.interrupt`); nothing was committed."""
 
 
 @dataclass
@@ -126,6 +128,8 @@ class WindowApplier:
         before_commit: Callable[[], None] = lambda: None,
         backoff: Backoff | None = None,
         ddl_executor: DDLExecutor | None = None,
+        watch: StatementWatch | None = None,
+        retry_report_seconds: float = 60.0,
     ) -> None:
         self._cfg = downstream
         self._store = store
@@ -138,9 +142,13 @@ class WindowApplier:
         self._backoff = backoff or Backoff(initial=0.2, maximum=10.0)
         self._ddl = ddl_executor
         self._conn: pymysql.connections.Connection | None = None
+        self._connection_id: int | None = None
         self._maybe_committed = False
+        self.watch = watch
+        """Lock waits of the statements registered here are reported; the daemon kills them on stop."""
         self.stats = ApplyStats()
         self.log = get_logger(component="apply")
+        self._retry_log = RetryLog(self.log, report_seconds=retry_report_seconds)
         # Retry notifications raised on the apply thread wait here for the daemon's thread
         # (observer hooks run on the daemon's thread only); see deliver_notifications().
         self._home_thread = threading.get_ident()
@@ -152,7 +160,15 @@ class WindowApplier:
     @property
     def conn(self) -> pymysql.connections.Connection:
         if self._conn is None:
-            self._conn = connect(self._cfg)
+            conn = connect(self._cfg)
+            try:
+                with conn.cursor() as cur:  # no table read: opens no transaction
+                    cur.execute("SELECT CONNECTION_ID()")
+                    (self._connection_id,) = cur.fetchone()
+            except BaseException:
+                close_quietly(conn)
+                raise
+            self._conn = conn
             if self._binder is None:
                 # Only ever used for cursor.mogrify (no I/O), so any session of ours will do, even
                 # after it is closed by a reconnect.
@@ -179,6 +195,8 @@ class WindowApplier:
             else:
                 landed = self._store.committed_resolved_ts(cur) >= window.target_ts > window.base_ts
         if landed:
+            # End the read transaction: idle, it would keep a metadata lock on the checkpoint tables.
+            self.conn.rollback()
             self.log.info(
                 "the transaction committed before the connection was lost; not replaying it",
                 resolved_ts=window.target_ts,
@@ -188,6 +206,7 @@ class WindowApplier:
     def close(self) -> None:
         close_quietly(self._conn)
         self._conn = None
+        self._connection_id = None
 
     def _sleep(self, seconds: float) -> None:
         """Backoff wait that gives up as soon as a stop is requested (exit within seconds)."""
@@ -203,17 +222,34 @@ class WindowApplier:
             self._notify_retry(info.error)
         else:
             self._deferred_retries.append(info.error)
-        self.log.warning(
-            "transient downstream error, replaying the transaction",
-            attempt=info.attempt,
-            error=str(info.error),
-            code=error_code(info.error),
-            wait_s=round(info.wait, 2),
-        )
+        self._retry_log.failed(info)
 
-    def _retry(self, unit: Callable[[], None]) -> None:
+    def _retry(self, unit: Callable[[], None], window: Window | None = None) -> None:
+        """Run ``unit`` until it commits: transient errors replay it (without end: a daemon rides out
+        a database restart, and says so, see ``RetryLog``), permanent ones propagate at once.
+
+        Each attempt is registered with the statement watch, which reports a lock wait of the
+        apply session and kills its statement on stop. A transient error once a stop was requested
+        (the statement killed for the stop: 1317, a killed session: 1927/2013) is not replayed:
+        the transaction is rolled back and :class:`Stopping` says so, not as an error.
+        """
+        description, tables = _describe(window)
+
+        def attempt() -> None:
+            try:
+                _ = self.conn  # (re)connected: its connection id is known
+                watching = (
+                    self.watch.statement(self._connection_id, description, tables) if self.watch else None
+                )
+                with watching or contextlib.nullcontext():
+                    unit()
+            except Exception as exc:
+                if self._stop_requested() and is_transient(exc):
+                    raise Stopping() from exc
+                raise
+
         run_with_retry(
-            unit,
+            attempt,
             reconnect=self._reconnect,
             max_attempts=None,
             max_time=None,
@@ -221,6 +257,7 @@ class WindowApplier:
             on_retry=self._on_retry,
             sleep=self._sleep,
         )
+        self._retry_log.succeeded()
 
     def deliver_notifications(self) -> None:
         """Pass retries that happened on the apply thread to ``on_retry`` (call from the daemon's thread)."""
@@ -340,7 +377,7 @@ class WindowApplier:
                 raise
             self._bind_seconds = bind + prepared.bind_seconds
 
-        self._retry(unit)
+        self._retry(unit, window)
         self.stats.transactions += 1
         counts: dict[tuple[str, str, str], int] = {}
         if plan is None:
@@ -372,7 +409,7 @@ class WindowApplier:
             outcome[:] = [executor.apply(self.conn, ddl, bookkeeping)]
 
         try:
-            self._retry(unit)
+            self._retry(unit, window)
         except DDLFailed as exc:
             raise ApplyError(str(exc)) from None
         self.stats.ddls += 1
@@ -388,6 +425,19 @@ class WindowApplier:
             note=result.note or None,
             query=" ".join(ddl.query.split())[:200],
         )
+
+
+def _describe(window: Window | None) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What the statement watch says a unit is, and the tables it needs locks on."""
+    if window is None:
+        return "a downstream transaction", ()
+    if window.ddl is not None:
+        ddl = window.ddl
+        what = f"DDL at ts {ddl.commit_ts} on {ddl.schema}.{ddl.table}: {ddl.query}"
+        return what, ((ddl.schema, ddl.table),)
+    tables = tuple(sorted(window.tables))
+    names = ", ".join(f"{s}.{t}" for s, t in tables[:5]) + (", ..." if len(tables) > 5 else "")
+    return f"rows of the window up to ts {window.target_ts} ({len(window.rows)} rows; {names})", tables
 
 
 def _rollback_quietly(conn: pymysql.connections.Connection) -> None:

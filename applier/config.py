@@ -285,6 +285,13 @@ SETTINGS: tuple[Setting, ...] = (
         parse=_parse_positive_int,
     ),
     Setting(
+        "retry_report_seconds",
+        "transient database errors (lock wait timeout, deadlock, lost connection) are replayed without "
+        "end; after this long without a committed transaction /readyz fails and the log says so",
+        default=60,
+        parse=_parse_positive_int,
+    ),
+    Setting(
         "log_format",
         "log output",
         default="console",

@@ -6,7 +6,9 @@ previous one; a window is marked applied only after its commit.
 The loop reads a batch of records, feeds each partition's listener, applies every window the
 barrier releases (each in one downstream transaction with its checkpoint), commits the group
 offsets for monitoring, and applies back-pressure. Signals only set a flag: the window in flight
-is finished (or rolled back) and the process exits 0.
+is finished (or rolled back) and the process exits 0. A window that does not finish within
+seconds of the signal (a statement waiting on a lock) has its statement killed
+(``StatementWatch.interrupt``) and rolls back, so the daemon exits 0 within 10 s.
 
 Partitions: every partition resumes at the offset stored in the checkpoint. One without a stored
 offset starts at ``--start`` when the changefeed has no checkpoint yet, else at its beginning
@@ -38,6 +40,7 @@ from applier.downstream.errors import DownstreamConnectError
 from applier.downstream.lock import ActiveLock, LockLost, LockWait
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig, DownstreamConfigError
+from applier.downstream.watch import StatementWatch
 from applier.kafka.reader import KafkaReadError, PartitionReader
 from applier.listener import LargeMessageNotSupported, RowsBehindWatermark
 from applier.logs import configure, get_logger
@@ -102,6 +105,10 @@ class Daemon:
     database to wait for its next window)."""
     SWITCH_INTERVAL = 0.001
     """``sys.setswitchinterval`` for the daemon (see ``_loop``)."""
+    STOP_GRACE_SECONDS = 2.0
+    """On stop, how long the window in flight may take before its statement is killed (``KILL
+    QUERY``), and each further step waits (``KILL CONNECTION``, then leaving without it): three
+    steps stay well within the 10 s a stop may take (systemd's ``TimeoutStopSec`` is 30 s)."""
     _inflight: PendingApply | None = None  # the window the apply thread works on
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
 
@@ -124,6 +131,8 @@ class Daemon:
         self.applier: WindowApplier | None = None
         self.barrier: Barrier | None = None
         self.watch: PartitionWatch | None = None
+        self.statements: StatementWatch | None = None
+        self._waits_seen = 0  # StatementWatch.version last passed to the observers
 
     # -- signals -------------------------------------------------------------------------------
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
@@ -173,6 +182,8 @@ class Daemon:
     def _close(self) -> None:
         if self.reader is not None:
             self.reader.close()
+        if self.statements is not None:
+            self.statements.close()
         if self.applier is not None:
             self.applier.close()
         if self.lock is not None:
@@ -245,6 +256,8 @@ class Daemon:
             offsets={p: o for p, o in start.items() if isinstance(o, int)},
         )
         self.barrier = Barrier(partitions, state)
+        self.statements = StatementWatch(self.downstream)
+        self.statements.start()
         self.applier = WindowApplier(
             self.downstream,
             self.store,
@@ -255,6 +268,8 @@ class Daemon:
             on_retry=self.observer.on_retry,
             before_commit=self.lock.ensure_held,
             ddl_executor=ddl_executor,
+            watch=self.statements,
+            retry_report_seconds=float(cfg.retry_report_seconds),
         )
         unsettled = [p for p in partitions if p not in ckpt.offsets]
         self.watch = PartitionWatch(self.reader, self.barrier, self.log, ckpt.offsets, unsettled)
@@ -361,6 +376,7 @@ class Daemon:
                     flagged = bad_partitions | watch.empty
                 applied = self._apply_ready()
                 self.observer.on_tick(barrier, reader, bool(records) or applied)
+                self._report_waits()
                 if bad_input is not None and self._drained(drain_deadline, bad_partitions):
                     # Everything the barrier could release before the bad record is applied and
                     # checkpointed; nothing at or after it is. A restart stops at the same record.
@@ -408,10 +424,12 @@ class Daemon:
             # Its transaction either commits (with its checkpoint: a restart resumes after it) or
             # rolls back; both are consistent. Its own error, if any, is dropped: the error that
             # is already stopping the daemon is the one to report.
+            # Bounded: leaving for an error is a stop too, and a statement waiting on a lock is killed.
             pending, self._inflight, self._prepared = self._inflight, None, None
             if pending is not None:
-                with contextlib.suppress(BaseException):
-                    pending.result()
+                if self._wait_inflight(pending, stopping=True):
+                    with contextlib.suppress(BaseException):
+                        pending.result()
                 self.applier.deliver_notifications()
         self.log.info("stopped", resolved_ts=barrier.applied_ts)
         return EXIT_OK
@@ -448,7 +466,11 @@ class Daemon:
                         ahead = self.barrier.next_window(max_rows, merge=True, after=pending.window)
                         if ahead is not None:
                             self._prepared = self.applier.prepare(ahead)
+                    self.applier.deliver_notifications()  # retries of a window that is still failing
                     break
+                if not self._wait_inflight(pending):
+                    self._inflight = None
+                    raise Stopping()
                 try:
                     rows = pending.result()
                 finally:
@@ -471,6 +493,45 @@ class Daemon:
             self.observer.on_apply_start(prepared.window)
             self._inflight = self.applier.apply_async(prepared)
         return applied
+
+    def _report_waits(self) -> None:
+        """Pass the statement watch's lock waits to the observers when they changed (health, metrics)."""
+        watch = self.statements
+        if watch is not None and watch.version != self._waits_seen:
+            self._waits_seen = watch.version
+            self.observer.on_statement_waits(watch.waits())
+
+    def _wait_inflight(self, pending: PendingApply, stopping: bool = False) -> bool:
+        """Wait for the window in flight; False when the daemon leaves without it.
+
+        Waits as long as the window takes, until a stop is requested (or ``stopping``): then
+        the window gets ``STOP_GRACE_SECONDS`` to finish, after which its statement is killed
+        from the watch's session, first ``KILL QUERY`` (the apply thread rolls back and raises
+        ``Stopping``), then ``KILL CONNECTION``. A window still running after that is left to the
+        server: its transaction commits together with its checkpoint or not at all, as after a
+        SIGKILL, so a restart resumes at the right place either way.
+        """
+        while not pending.wait(self.POLL_TIMEOUT):
+            if stopping or self._stop.is_set():
+                break
+        else:
+            return True
+        if pending.wait(self.STOP_GRACE_SECONDS):
+            return True
+        for connection in (False, True):
+            killed = self.statements.interrupt(connection=connection) if self.statements else []
+            self.log.warning(
+                "stop: the window in flight did not finish; killing its statement",
+                kill="connection" if connection else "query",
+                connections=killed,
+            )
+            if pending.wait(self.STOP_GRACE_SECONDS):
+                return True
+        self.log.warning(
+            "stop: leaving without the window in flight; the server commits it with its checkpoint "
+            "or rolls it back"
+        )
+        return False
 
 
 def run_daemon(cfg: Config) -> int:

@@ -10,9 +10,12 @@ Definitions (the operations documentation repeats them):
   ``stopping``, or the loop ticked within :attr:`Health.loop_timeout` seconds, or a window is being
   applied (a long DDL can run for hours; the database is working, so the daemon is waiting
   healthily). ``failed`` is not alive.
-* **ready** — active, connected (no transient downstream error since the last committed window),
-  and not stalled: something was read or applied, or every partition was read to its end, within
-  ``stall_seconds``. A standby is alive but not ready, and says so.
+* **ready** — active; not failing for ``retry_report_seconds`` (transient downstream errors,
+  replayed, with no committed window for that long); no statement of the daemon waiting on a lock
+  for longer than ``stall_seconds`` (``applier.downstream.watch``); and not stalled: something was
+  read or applied, or every partition was read to its end, within ``stall_seconds``. A standby is
+  alive but not ready, and says so. A single deadlock or a reconnect that succeeds at once is
+  normal operation and does not make the daemon unready.
 * **waiting healthily** (the systemd watchdog criterion) — alive, and in the active loop also not
   stalled: a loop that spins without reading or applying anything for ``stall_seconds`` while
   records are waiting gets restarted by systemd.
@@ -21,14 +24,16 @@ Definitions (the operations documentation repeats them):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from applier.downstream.errors import describe, retry_class
 from applier.observer import Observer
 
 if TYPE_CHECKING:
     from applier.barrier import Barrier
+    from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
     from applier.window import Window
 
@@ -50,18 +55,22 @@ class Health(Observer):
         stall_seconds: float = 300.0,
         loop_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        retry_report_seconds: float = 60.0,
     ) -> None:
         self.stall_seconds = float(stall_seconds)
+        self.retry_report_seconds = float(retry_report_seconds)
         self.loop_timeout = float(loop_timeout)
         self._clock = clock
         self.state = "starting"
         self.loop_started = False
-        self.connected = False
         self.last_tick: float | None = None
         self.last_healthy: float | None = None  # last progress, or last tick with everything read
         self.applying_since: float | None = None
         self.last_error: str | None = None
+        self.failing_since: float | None = None  # first transient error since the last committed window
+        self.retries: dict[str, int] = {}  # by class, since then
         self.last_retry_error: str | None = None
+        self.waits: Sequence[StatementWait] = ()
         self.applied_ts = 0
 
     # -- hooks (daemon thread) ----------------------------------------------------------------
@@ -73,7 +82,6 @@ class Health(Observer):
     def on_ready(self) -> None:
         now = self._clock()
         self.loop_started = True
-        self.connected = True
         self.last_tick = self.last_healthy = now
 
     def on_apply_start(self, window: Window) -> None:
@@ -82,14 +90,20 @@ class Health(Observer):
     def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
         now = self._clock()
         self.applying_since = None
-        self.connected = True
-        self.last_retry_error = None
+        self.failing_since = self.last_retry_error = None
+        self.retries = {}
         self.last_healthy = now
         self.applied_ts = max(self.applied_ts, window.target_ts)
 
     def on_retry(self, error: BaseException) -> None:
-        self.connected = False
-        self.last_retry_error = type(error).__name__
+        if self.failing_since is None:
+            self.failing_since = self._clock()
+        cls = retry_class(error)
+        self.retries = {**self.retries, cls: self.retries.get(cls, 0) + 1}
+        self.last_retry_error = describe(error)
+
+    def on_statement_waits(self, waits: Sequence[StatementWait]) -> None:
+        self.waits = tuple(waits)
 
     def on_error(self, kind: str) -> None:
         self.last_error = kind
@@ -135,15 +149,32 @@ class Health(Observer):
     def ready(self) -> Verdict:
         live = self.alive()
         now = self._clock()
-        detail: dict[str, Any] = {**live.detail, "connected": self.connected, "applied_ts": self.applied_ts}
+        failing = None if self.failing_since is None else round(now - self.failing_since, 3)
+        detail: dict[str, Any] = {
+            **live.detail,
+            "failing_for_seconds": failing,
+            "applied_ts": self.applied_ts,
+        }
         if not live.ok:
             return Verdict(False, live.status, detail)
         if self.state == "standby":
             return Verdict(False, "standby", {**detail, "reason": "another instance is active"})
         if self.state != "active" or not self.loop_started:
             return Verdict(False, self.state, detail)
-        if not self.connected:
-            return Verdict(False, "disconnected", {**detail, "retrying_after": self.last_retry_error})
+        wait = min(self.waits, key=lambda w: w.since, default=None)  # the longest
+        if wait is not None and now - wait.since > self.stall_seconds:
+            reason = (
+                f"a statement has waited {now - wait.since:.0f} s on a {wait.kind} lock "
+                f"({wait.description[:200]}); blocked by {wait.blocked_by()}"
+            )
+            return Verdict(False, "waiting on a lock", {**detail, "reason": reason})
+        if failing is not None and failing >= self.retry_report_seconds:
+            errors = ", ".join(f"{cls}={n}" for cls, n in sorted(self.retries.items()))
+            reason = (
+                f"no downstream transaction committed for {failing:.0f} s: transient errors replayed "
+                f"({errors}), last {self.last_retry_error}"
+            )
+            return Verdict(False, "retrying", {**detail, "reason": reason})
         if self.stalled(now):
             return Verdict(False, "stalled", {**detail, "stall_seconds": self.stall_seconds})
         return Verdict(True, "ready", detail)

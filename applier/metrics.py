@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -33,10 +33,12 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from applier import __version__
 from applier.codec.events import tso_physical_ms
+from applier.downstream.errors import retry_class
 from applier.observer import Observer
 
 if TYPE_CHECKING:
     from applier.barrier import Barrier
+    from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
     from applier.window import Window
 
@@ -65,10 +67,15 @@ class MetricsObserver(Observer):
         registry: CollectorRegistry | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         process_metrics: bool = True,
     ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self._clock = clock
+        self._monotonic = monotonic  # the clock of failing and waiting times (health's too)
+        self._failing_since: float | None = None
+        self._waits: Sequence[StatementWait] = ()
+        self._waits_counted: set[int] = set()  # StatementWait.seq of the waits counted and still on
         self._checkpoint_ts = 0
         self._last_refresh = -1e18
         r = self.registry
@@ -157,11 +164,30 @@ class MetricsObserver(Observer):
             registry=r,
         )
         self.retries = Counter(
-            "applier_retries_total",
-            "Transient downstream errors whose transaction was replayed.",
+            "applier_downstream_retries_total",
+            "Transient downstream errors whose transaction was replayed, by class (lock_wait, "
+            "deadlock, connection, interrupted, server_shutdown).",
+            ["class"],
+            registry=r,
+        )
+        failing = Gauge(
+            "applier_downstream_failing_seconds",
+            "How long the transaction being applied has been failing with transient errors (0: it is not).",
+            registry=r,
+        )
+        failing.set_function(self._failing)
+        self.lock_waits = Counter(
+            "applier_lock_waits_total",
+            "Statements of the daemon found waiting on a lock for seconds, by kind (metadata, row).",
             ["kind"],
             registry=r,
         )
+        waiting = Gauge(
+            "applier_lock_wait_seconds",
+            "How long the longest lock wait of the daemon's statements lasts now (0: none waits).",
+            registry=r,
+        )
+        waiting.set_function(self._waiting)
         self.errors = Counter(
             "applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"], registry=r
         )
@@ -179,6 +205,14 @@ class MetricsObserver(Observer):
         if self._checkpoint_ts <= 0:
             return math.nan
         return self._clock() - tso_seconds(self._checkpoint_ts)
+
+    def _failing(self) -> float:
+        since = self._failing_since
+        return 0.0 if since is None else self._monotonic() - since
+
+    def _waiting(self) -> float:
+        since = min((w.since for w in self._waits), default=None)
+        return 0.0 if since is None else self._monotonic() - since
 
     def _set_checkpoint(self, ts: int) -> None:
         if ts > self._checkpoint_ts:
@@ -210,9 +244,19 @@ class MetricsObserver(Observer):
             if offset is not None:
                 self.partition_checkpoint_offset.labels(str(p)).set(offset)
         self.last_progress.set(self._clock())
+        self._failing_since = None
 
     def on_retry(self, error: BaseException) -> None:
-        self.retries.labels(type(error).__name__).inc()
+        self.retries.labels(retry_class(error)).inc()
+        if self._failing_since is None:
+            self._failing_since = self._monotonic()
+
+    def on_statement_waits(self, waits: Sequence[StatementWait]) -> None:
+        self._waits = tuple(waits)
+        for w in self._waits:
+            if w.seq not in self._waits_counted:
+                self.lock_waits.labels(w.kind).inc()
+        self._waits_counted = {w.seq for w in self._waits}
 
     def on_error(self, kind: str) -> None:
         self.errors.labels(kind).inc()

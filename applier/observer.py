@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from applier.barrier import Barrier
+    from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
     from applier.window import Window
 
@@ -34,6 +35,10 @@ class Observer:
 
     def on_retry(self, error: BaseException) -> None:
         """A transient downstream error: the transaction will be replayed."""
+
+    def on_statement_waits(self, waits: Sequence[StatementWait]) -> None:
+        """The daemon's statements that wait on a lock now (``applier.downstream.watch``); called
+        when that changes."""
 
     def on_error(self, kind: str) -> None:
         """A fatal error of this kind (e.g. ``ApplyError``, ``MalformedRecordError``) stops the daemon."""
@@ -70,6 +75,9 @@ class Observers(Observer):
 
     def on_retry(self, error: BaseException) -> None:
         self._call("on_retry", error)
+
+    def on_statement_waits(self, waits: Sequence[StatementWait]) -> None:
+        self._call("on_statement_waits", waits)
 
     def on_error(self, kind: str) -> None:
         self._call("on_error", kind)

@@ -22,7 +22,9 @@ class Operations:
     """Health state, metrics, the HTTP endpoints (unless ``http_listen = off``) and sd_notify."""
 
     def __init__(self, cfg: Any, environ: dict[str, str] | None = None) -> None:
-        self.health = Health(stall_seconds=float(cfg.stall_seconds))
+        self.health = Health(
+            stall_seconds=float(cfg.stall_seconds), retry_report_seconds=float(cfg.retry_report_seconds)
+        )
         self.metrics = MetricsObserver()
         self.systemd = SystemdObserver(Notifier(environ), self.health)
         listen = cfg.http_listen

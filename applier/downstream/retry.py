@@ -21,15 +21,15 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
-from applier.downstream.errors import is_transient
+from applier.downstream.errors import describe, error_code, is_transient, retry_class
 
 T = TypeVar("T")
 
-__all__ = ["Backoff", "RetryInfo", "run_with_retry"]
+__all__ = ["Backoff", "RetryInfo", "RetryLog", "run_with_retry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +139,83 @@ def run_with_retry(
                 reconnect()
             result = fn()
     return result
+
+
+class RetryLog:
+    """Log transient errors by class, not by attempt, and say once when they are over.
+
+    A lock held for minutes or a database restart makes a unit fail dozens of times; a line per
+    attempt would bury everything else. So the first error of each class (``errors.retry_class``)
+    is logged with its code and text; later ones are only counted and summed up in one line at
+    most every ``summary_seconds``, plus one line when the trouble has lasted ``report_seconds``
+    (from then on ``/readyz`` fails, see ``applier.health``). The first success after trouble
+    logs one line with the totals.
+
+    ``failed`` and ``succeeded`` are called by the thread that runs the unit.
+    """
+
+    def __init__(
+        self,
+        log: Any,
+        *,
+        report_seconds: float,
+        summary_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = log
+        self._report = report_seconds
+        self._summary = summary_seconds
+        self._clock = clock
+        self._reset()
+
+    def _reset(self) -> None:
+        self.failing_since: float | None = None
+        self._counts: dict[str, int] = {}
+        self._last_line = 0.0
+        self._reported = False
+
+    def _totals(self) -> str:
+        return ", ".join(f"{cls}={n}" for cls, n in sorted(self._counts.items()))
+
+    def failed(self, info: RetryInfo) -> None:
+        now = self._clock()
+        if self.failing_since is None:
+            self.failing_since = now
+        cls = retry_class(info.error)
+        first = cls not in self._counts
+        self._counts[cls] = self._counts.get(cls, 0) + 1
+        failing = now - self.failing_since
+        if first:
+            self._log.warning(
+                "transient downstream error, replaying the transaction",
+                error_class=cls,
+                code=error_code(info.error),
+                error=describe(info.error),
+                attempt=info.attempt,
+                wait_s=round(info.wait, 2),
+            )
+            self._last_line = now
+            return
+        crossed = not self._reported and failing >= self._report
+        if crossed or now - self._last_line >= self._summary:
+            self._log.log(
+                40 if crossed else 30,  # error once when it becomes a report, warnings otherwise
+                "downstream still failing, replaying the transaction"
+                + ("; reported as not ready" if crossed else ""),
+                failing_s=round(failing, 1),
+                errors=self._totals(),
+                last_error=describe(info.error),
+                attempt=info.attempt,
+            )
+            self._reported = self._reported or crossed
+            self._last_line = now
+
+    def succeeded(self) -> None:
+        if self.failing_since is None:
+            return
+        self._log.info(
+            "downstream recovered: the transaction committed after transient errors",
+            failed_s=round(self._clock() - self.failing_since, 1),
+            errors=self._totals(),
+        )
+        self._reset()
