@@ -33,7 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from applier import __version__
 from applier.codec.events import tso_physical_ms
-from applier.downstream.errors import retry_class
+from applier.downstream.errors import TRANSIENT_CLASSES, retry_class
 from applier.observer import Observer
 
 if TYPE_CHECKING:
@@ -188,6 +188,11 @@ class MetricsObserver(Observer):
             registry=r,
         )
         waiting.set_function(self._waiting)
+        # Every series exists from the start at 0, so that rate() and alerts see the first increase.
+        for cls in sorted({*TRANSIENT_CLASSES.values(), "connection"}):
+            self.retries.labels(cls)
+        for kind in ("metadata", "row"):
+            self.lock_waits.labels(kind)
         self.errors = Counter(
             "applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"], registry=r
         )

@@ -11,6 +11,7 @@ from applier.downstream.errors import (
     describe,
     error_code,
     is_transient,
+    retry_class,
 )
 
 OE = pymysql.err.OperationalError
@@ -26,6 +27,7 @@ OE = pymysql.err.OperationalError
         OE(2006, "MySQL server has gone away"),
         OE(2013, "Lost connection to MySQL server during query"),
         OE(1927, "Connection was killed"),
+        OE(1317, "Query execution was interrupted"),
         pymysql.err.InterfaceError(0, ""),
         DownstreamUnreachable("cannot reach", errno=2003),
         ConnectionResetError(104, "reset"),
@@ -61,3 +63,12 @@ def test_error_code_and_describe() -> None:
     assert error_code(ValueError("x")) is None and describe(ValueError("x")) == "x"
     assert error_code(DownstreamUnreachable("m", errno=2003)) == 2003
     assert describe(pymysql.err.InterfaceError(0, "")) == "(0) InterfaceError"
+
+
+def test_retry_classes_name_what_happened() -> None:
+    assert retry_class(OE(1205, "Lock wait timeout exceeded")) == "lock_wait"
+    assert retry_class(OE(1213, "Deadlock found")) == "deadlock"
+    assert retry_class(OE(1317, "Query execution was interrupted")) == "interrupted"
+    assert retry_class(OE(1053, "Server shutdown in progress")) == "server_shutdown"
+    for exc in (OE(2013, "Lost connection"), pymysql.err.InterfaceError(0, ""), TimeoutError()):
+        assert retry_class(exc) == "connection"

@@ -7,7 +7,7 @@ import time
 import pymysql
 import pytest
 
-from applier.downstream.retry import Backoff, RetryInfo, run_with_retry
+from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
 
 LOST = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
 FAST = Backoff(initial=0.001, maximum=0.005, jitter=0.5)
@@ -135,3 +135,51 @@ def test_invalid_settings() -> None:
         Backoff(multiplier=0.5)
     with pytest.raises(ValueError):
         run_with_retry(lambda: 1, reconnect=lambda: None, max_attempts=0)
+
+
+class Lines:
+    """A logger that keeps (level, event, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, str, dict]] = []
+
+    def log(self, level: int, event: str, **kw: object) -> None:
+        self.lines.append((level, event, kw))
+
+    def warning(self, event: str, **kw: object) -> None:
+        self.log(30, event, **kw)
+
+    def info(self, event: str, **kw: object) -> None:
+        self.log(20, event, **kw)
+
+
+def test_retry_log_says_each_class_once_then_sums_up_and_says_when_it_is_over() -> None:
+    now = [0.0]
+    lines = Lines()
+    rlog = RetryLog(lines, report_seconds=60, summary_seconds=30, clock=lambda: now[0])
+    lock_wait = pymysql.err.OperationalError(1205, "Lock wait timeout exceeded")
+    for attempt in range(1, 200):  # a lock held for 100 s: an attempt every half second
+        rlog.failed(RetryInfo(attempt, lock_wait, 0.5, now[0]))
+        if attempt == 3:
+            rlog.failed(RetryInfo(attempt, LOST, 0.5, now[0]))
+        now[0] += 0.5
+    events = [(level, event) for level, event, _ in lines.lines]
+    assert events == [
+        (30, "transient downstream error, replaying the transaction"),
+        (30, "transient downstream error, replaying the transaction"),
+        (30, "downstream still failing, replaying the transaction"),
+        (40, "downstream still failing, replaying the transaction; reported as not ready"),
+        (30, "downstream still failing, replaying the transaction"),
+    ]  # at 0 s, 1 s (another class), 31 s, 60 s (retry_report_seconds), 90 s
+    first = lines.lines[0][2]
+    assert first["error_class"] == "lock_wait" and first["code"] == 1205
+    assert lines.lines[1][2]["error_class"] == "connection"
+    assert lines.lines[3][2]["failing_s"] == 60.0
+    assert lines.lines[-1][2]["errors"] == "connection=1, lock_wait=181"  # at 90 s
+    assert rlog.failing_since == 0.0
+    rlog.succeeded()
+    level, event, fields = lines.lines[-1]
+    assert event == "downstream recovered: the transaction committed after transient errors"
+    assert fields == {"failed_s": 99.5, "errors": "connection=1, lock_wait=199"}
+    rlog.succeeded()  # nothing to say without trouble
+    assert len(lines.lines) == 6 and rlog.failing_since is None

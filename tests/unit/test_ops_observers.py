@@ -13,9 +13,11 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 
+import pymysql
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from applier.downstream.watch import Blocker, StatementWait
 from applier.health import Health
 from applier.http_server import HttpEndpoints, HttpListenError, split_listen
 from applier.metrics import MetricsObserver, tso_seconds
@@ -92,17 +94,57 @@ def test_health_lifecycle_alive_and_ready() -> None:
     assert h.ready().ok and h.waiting_healthily()
 
 
-def test_health_retry_disconnects_until_a_window_commits() -> None:
+def test_health_retries_are_reported_after_retry_report_seconds_until_a_window_commits() -> None:
     clock = Clock()
-    h = Health(clock=clock)
+    h = Health(clock=clock, retry_report_seconds=60)
     h.on_state("active")
     h.on_ready()
-    h.on_retry(ConnectionError("gone"))
-    r = h.ready()
-    assert not r.ok and r.status == "disconnected" and r.detail["retrying_after"] == "ConnectionError"
     h.on_apply_start(window(TS))
-    h.on_window(window(TS), 0.1, {})
+    h.on_retry(pymysql.err.OperationalError(1213, "Deadlock found"))
+    assert h.ready().ok  # one deadlock, replayed at once: normal operation
+    clock.now += 59
+    h.on_retry(pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"))
+    assert h.ready().ok and h.ready().detail["failing_for_seconds"] == 59
+    clock.now += 1
+    r = h.ready()
+    assert not r.ok and r.status == "retrying"
+    assert r.detail["reason"] == (
+        "no downstream transaction committed for 60 s: transient errors replayed "
+        "(deadlock=1, lock_wait=1), last (1205) Lock wait timeout exceeded"
+    )
+    assert h.alive().ok  # waiting for the database is alive: no restart
+    h.on_window(window(TS), 60, {})
     assert h.ready().ok and h.ready().detail["applied_ts"] == TS
+    assert h.ready().detail["failing_for_seconds"] is None
+
+
+def test_health_a_lock_wait_longer_than_stall_seconds_is_not_ready() -> None:
+    clock = Clock()
+    h = Health(stall_seconds=30, clock=clock)
+    h.on_state("active")
+    h.on_ready()
+    h.on_apply_start(window(TS))
+    blocker = Blocker(42, "app", "10.0.0.7:5123", "Sleep", 75, None, None)
+    wait = StatementWait(
+        1,
+        17,
+        "ALTER TABLE db.t ADD c INT",
+        "metadata",
+        "Waiting for table metadata lock",
+        clock.now - 5,
+        (blocker,),
+    )
+    h.on_statement_waits([wait])
+    assert h.ready().ok
+    clock.now += 26
+    r = h.ready()
+    assert not r.ok and r.status == "waiting on a lock"
+    assert r.detail["reason"] == (
+        "a statement has waited 31 s on a metadata lock (ALTER TABLE db.t ADD c INT); blocked by session 42 "
+        "(app@10.0.0.7:5123, command Sleep, 75 s, idle in an open transaction)"
+    )
+    h.on_statement_waits([])
+    assert h.ready().ok
 
 
 def test_health_a_long_apply_is_alive_a_stuck_loop_is_not() -> None:
@@ -147,6 +189,7 @@ def test_metrics_follow_the_hooks_and_the_naming_conventions() -> None:
     )
     m.on_window(window(TS + 10, ddl=object()), 1.5, {})
     m.on_retry(TimeoutError("x"))
+    m.on_retry(pymysql.err.OperationalError(1213, "Deadlock found"))
     barrier = FakeBarrier(TS + 10, {0: FakeListener(TS + 20, 41, 1024), 1: FakeListener(TS + 30, None, 0)})
     m.on_tick(barrier, FakeReader(paused=frozenset({1})), progressed=True)  # type: ignore[arg-type]
     m.on_error("ApplyError")
@@ -157,7 +200,8 @@ def test_metrics_follow_the_hooks_and_the_naming_conventions() -> None:
     assert s[("applier_transactions_total", ())] == 2
     assert s[("applier_ddls_applied_total", ())] == 1
     assert s[("applier_batch_seconds_count", ())] == 2 and s[("applier_batch_seconds_sum", ())] == 1.7
-    assert s[("applier_retries_total", (("kind", "TimeoutError"),))] == 1
+    assert s[("applier_downstream_retries_total", (("class", "connection"),))] == 1
+    assert s[("applier_downstream_retries_total", (("class", "deadlock"),))] == 1
     assert s[("applier_errors_total", (("kind", "ApplyError"),))] == 1
     assert s[("applier_checkpoint_ts", ())] == float(TS + 10)
     assert s[("applier_checkpoint_timestamp_seconds", ())] == pytest.approx(tso_seconds(TS))
@@ -184,6 +228,30 @@ def test_metrics_follow_the_hooks_and_the_naming_conventions() -> None:
         assert not any(unit in f.name for unit in ("_ms", "milli", "_kb", "_mb")), f.name
     with_process = MetricsObserver()
     assert "process_resident_memory_bytes" in with_process.render().decode()
+
+
+def test_failing_and_lock_wait_gauges_grow_until_the_trouble_ends() -> None:
+    mono = Clock(500.0)
+    m = MetricsObserver(clock=Clock(), monotonic=mono, process_metrics=False)
+    s = _samples(m)
+    assert s[("applier_downstream_failing_seconds", ())] == 0 and s[("applier_lock_wait_seconds", ())] == 0
+    m.on_retry(pymysql.err.OperationalError(2013, "Lost connection"))
+    mono.now += 7
+    m.on_retry(pymysql.err.OperationalError(2003, "Can't connect"))
+    row = StatementWait(1, 17, "rows", "row", "Updating", mono.now - 4)
+    mdl = StatementWait(2, 18, "DDL", "metadata", "Waiting for table metadata lock", mono.now - 1)
+    m.on_statement_waits([row])
+    m.on_statement_waits([row, mdl])  # the row wait goes on: counted once
+    s = _samples(m)
+    assert s[("applier_downstream_failing_seconds", ())] == 7
+    assert s[("applier_downstream_retries_total", (("class", "connection"),))] == 2
+    assert s[("applier_lock_wait_seconds", ())] == 4
+    assert s[("applier_lock_waits_total", (("kind", "row"),))] == 1
+    assert s[("applier_lock_waits_total", (("kind", "metadata"),))] == 1
+    m.on_statement_waits([])
+    m.on_window(window(TS), 7, {})
+    s = _samples(m)
+    assert s[("applier_downstream_failing_seconds", ())] == 0 and s[("applier_lock_wait_seconds", ())] == 0
 
 
 def test_the_lag_keeps_growing_while_nothing_is_applied() -> None:
