@@ -1,0 +1,282 @@
+"""The daemon's statements against other sessions' locks: reported, stopped on SIGTERM, never silent.
+
+Each test applies the first part of a simulated stream, then takes a lock from a test session and
+lets the daemon run into it with the rest: a row lock (``SELECT ... FOR UPDATE``), a metadata lock
+(an open transaction that read the table a DDL alters), a storm of transient errors. And the
+other way round: an idle daemon holds no lock that a DDL of someone else would wait for.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pymysql
+import pytest
+
+from applier.downstream.lock import lock_name
+from applier.simulator import Simulation, StreamConfig, simulate
+from applier.simulator.producer import ensure_topic, produce_records
+from checkpoint.schema import TABLES
+from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.ops_support import http_base, http_get, scrape, value, wait_until
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+
+
+def _first_part_applied(feed: Changefeed, sim: Simulation, cut: int) -> None:
+    """Produce ``sim.records[:cut]`` and apply it (the daemon exits once caught up)."""
+    ensure_topic(feed.bootstrap, feed.topic, PARTITIONS)
+    produce_records(feed.bootstrap, feed.topic, sim.records[:cut])
+    done = feed.run_to_end(timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _session(feed: Changefeed) -> tuple[pymysql.connections.Connection, int]:
+    conn = pymysql.connect(**feed.mariadb_params, charset="utf8mb4", autocommit=False)
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        cur.execute("SELECT CONNECTION_ID()")
+        return conn, int(cur.fetchone()[0])
+
+
+def _lock_every_row(feed: Changefeed, schema: str) -> tuple[pymysql.connections.Connection, int]:
+    """A session holding a row lock on every row of ``schema`` (its transaction stays open)."""
+    conn, conn_id = _session(feed)
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (schema,))
+        tables = [r[0] for r in cur.fetchall()]
+        assert tables
+        cur.execute("BEGIN")
+        for table in tables:
+            cur.execute(f"SELECT * FROM `{schema}`.`{table}` FOR UPDATE")
+    return conn, conn_id
+
+
+def _caught_up(feed: Changefeed, sim: Simulation) -> bool:
+    return feed.checkpoint()[0] >= sim.final_resolved_ts
+
+
+def _not_ready(base: str) -> dict | None:
+    """The body of /readyz when it answers 503 (for wait_until)."""
+    status, body = http_get(base + "/readyz")
+    return json.loads(body) if status == 503 else None
+
+
+def _log_lines(proc, needle: str) -> list[dict]:
+    return [json.loads(line) for line in read_log(proc).splitlines() if needle in line]
+
+
+def test_sigterm_while_a_window_waits_on_a_row_lock_exits_zero_within_10_s(feed: Changefeed) -> None:
+    schema = feed.new_schema()
+    sim = simulate(
+        StreamConfig(seed=61, partitions=PARTITIONS, transactions=200, schema=schema, ddl_mid_stream=False)
+    )
+    cut = len(sim.records) // 2
+    _first_part_applied(feed, sim, cut)
+    holder, holder_id = _lock_every_row(feed, schema)
+    proc = None
+    try:
+        produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
+        proc = feed.start("--log-format", "json", "--http-listen", "off")
+        # The watch names the session holding the lock, once.
+        wait_for_output(proc, "statement waits on a row lock", timeout=60)
+        (line,) = _log_lines(proc, "statement waits on a row lock")
+        assert f"blocked by session {holder_id} (" in line["event"], line
+        assert "idle in an open transaction" in line["event"]
+        assert line["statement"].startswith("rows of the window up to ts ")
+        before = feed.checkpoint()  # the window in flight waits: nothing commits now
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        took = time.monotonic() - started
+        log = read_log(proc)
+        assert code == 0, log
+        assert took < 10, f"stopped after {took:.1f} s"
+        assert "killing its statement" in log and "fatal" not in log
+        assert feed.checkpoint() == before  # the window was rolled back with its checkpoint
+    finally:
+        holder.rollback()
+        holder.close()
+        if proc is not None:
+            stop(proc)
+    done = feed.run_to_end(timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+def test_a_ddl_waiting_on_a_metadata_lock_is_reported_then_applied(feed: Changefeed) -> None:
+    schema = feed.new_schema()
+    sim = simulate(StreamConfig(seed=62, partitions=PARTITIONS, transactions=160, schema=schema))
+    cut, alter = next(
+        (i, ev)
+        for i, rec in enumerate(sim.records)
+        for ev in rec.events
+        if ev.kind == "ddl" and (ev.ddl_query or "").startswith("ALTER")
+    )
+    _first_part_applied(feed, sim, cut)
+    # An open transaction that read the table keeps a metadata lock on it until it ends.
+    reader, reader_id = _session(feed)
+    with reader.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute(f"SELECT * FROM `{schema}`.`{alter.table}` LIMIT 1")
+    proc = None
+    try:
+        produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
+        proc = feed.start("--log-format", "json", "--http-listen", "127.0.0.1:0", "--stall-seconds", "3")
+        base = http_base(proc)
+        wait_for_output(proc, "statement waits on a metadata lock", timeout=60)
+        (line,) = _log_lines(proc, "statement waits on a metadata lock")
+        assert f"blocked by session {reader_id} (" in line["event"], line
+        assert line["state"] == "Waiting for table metadata lock"
+        assert line["statement"].startswith("DDL at ts ") and "ALTER TABLE" in line["statement"]
+        answer = wait_until(lambda: _not_ready(base), 20, "/readyz 503", proc)
+        assert answer["status"] == "waiting on a lock", answer
+        assert f"session {reader_id} (" in answer["reason"] and "metadata lock" in answer["reason"]
+        samples = scrape(base)
+        assert value(samples, "applier_lock_waits_total", kind="metadata") == 1
+        assert (value(samples, "applier_lock_wait_seconds") or 0) > 3
+        assert proc.poll() is None
+        reader.commit()  # the DDL goes on
+        wait_for_output(proc, "statement no longer waits on a lock", timeout=30)
+        wait_until(lambda: _caught_up(feed, sim), 60, "the end of the stream", proc)
+        wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "/readyz 200 again", proc)
+        assert value(scrape(base), "applier_lock_wait_seconds") == 0
+    finally:
+        reader.rollback()
+        reader.close()
+        if proc is not None:
+            stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0, read_log(proc)
+    assert len(_log_lines(proc, "statement waits on a")) == 1
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+@pytest.fixture
+def storm_feed(broker, mariadb_params) -> Iterator[Changefeed]:
+    """A changefeed applied by a database user of its own, so that the test kills only its sessions."""
+    user, password = f"storm_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin = pymysql.connect(**mariadb_params, autocommit=True)
+    with admin.cursor() as cur:
+        cur.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY %s", (user, password))
+        cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO `{user}`@'127.0.0.1'")
+    url = f"mysql://{user}:{password}@127.0.0.1:{mariadb_params['port']}/"
+    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", url, mariadb_params)
+    cf.user = user  # type: ignore[attr-defined]
+    try:
+        yield cf
+    finally:
+        cf.drop()
+        with admin.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS %s@'127.0.0.1'", (user,))
+        admin.close()
+
+
+def test_a_storm_of_transient_errors_is_logged_by_class_reported_and_ridden_out(storm_feed) -> None:
+    feed = storm_feed
+    schema = feed.new_schema()
+    sim = simulate(
+        StreamConfig(seed=63, partitions=PARTITIONS, transactions=200, schema=schema, ddl_mid_stream=False)
+    )
+    cut = len(sim.records) // 2
+    _first_part_applied(feed, sim, cut)
+    holder, _ = _lock_every_row(feed, schema)
+    admin = feed.connect()
+    stop_killing = threading.Event()
+    kills = 0
+
+    def kill_the_waiting_statements() -> None:
+        # Every statement of the daemon that waits on the held rows loses its connection: each
+        # replay fails again (lost connection), with no success, until the storm ends.
+        nonlocal kills
+        lock = lock_name(feed.checkpoint_schema, feed.group_id)
+        while not stop_killing.wait(0.2):
+            with admin.cursor() as cur:
+                cur.execute(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s AND COMMAND = 'Query' "
+                    "AND ID <> IFNULL(IS_USED_LOCK(%s), 0)",
+                    (feed.user, lock),
+                )
+                for (conn_id,) in cur.fetchall():
+                    try:
+                        cur.execute(f"KILL {int(conn_id)}")
+                        kills += 1
+                    except pymysql.err.OperationalError:
+                        pass  # ended meanwhile
+
+    killer = threading.Thread(target=kill_the_waiting_statements, daemon=True)
+    proc = None
+    try:
+        produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
+        proc = feed.start(
+            "--log-format", "json", "--http-listen", "127.0.0.1:0", "--retry-report-seconds", "3"
+        )
+        base = http_base(proc)
+        killer.start()
+        answer = wait_until(lambda: _not_ready(base), 30, "/readyz 503", proc)
+        assert answer["status"] == "retrying", answer
+        assert answer["reason"].startswith("no downstream transaction committed for ")
+        assert "connection=" in answer["reason"] and answer["failing_for_seconds"] >= 3
+        time.sleep(3)  # a few more replays, each killed
+        samples = scrape(base)
+        retries = value(samples, "applier_downstream_retries_total", **{"class": "connection"}) or 0
+        assert retries >= 3, samples
+        assert (value(samples, "applier_downstream_failing_seconds") or 0) >= 3
+        stop_killing.set()
+        killer.join()
+        holder.rollback()
+        wait_for_output(proc, "downstream recovered", timeout=30)
+        wait_until(lambda: _caught_up(feed, sim), 60, "the end of the stream", proc)
+        wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "/readyz 200 again", proc)
+        assert value(scrape(base), "applier_downstream_failing_seconds") == 0
+    finally:
+        stop_killing.set()
+        holder.rollback()
+        holder.close()
+        admin.close()
+        if proc is not None:
+            stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0, read_log(proc)
+    assert kills >= 3
+    # One line for the first error of the class, a line when it became a report (and at most a
+    # summary every 30 s), one when it was over: not one per replay.
+    first = _log_lines(proc, "transient downstream error, replaying the transaction")
+    assert [line["error_class"] for line in first] == ["connection"], first
+    assert len(_log_lines(proc, "downstream still failing")) <= 2
+    assert len(_log_lines(proc, "downstream recovered")) == 1
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+def test_an_idle_daemon_holds_no_lock_a_ddl_would_wait_for(feed: Changefeed) -> None:
+    schema = feed.new_schema()
+    sim = simulate(
+        StreamConfig(seed=64, partitions=PARTITIONS, transactions=60, schema=schema, ddl_mid_stream=False)
+    )
+    ensure_topic(feed.bootstrap, feed.topic, PARTITIONS)
+    produce_records(feed.bootstrap, feed.topic, sim.records)
+    proc = feed.start("--log-format", "json", "--http-listen", "off")
+    ddl = feed.connect()
+    try:
+        wait_until(lambda: _caught_up(feed, sim), 60, "the end of the stream", proc)
+        time.sleep(1.0)  # idle between windows: every session of the daemon is open, none works
+        with ddl.cursor() as cur:
+            cur.execute("SET SESSION lock_wait_timeout = 2")
+            cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (schema,))
+            replicated = [r[0] for r in cur.fetchall()]
+            targets = [(feed.checkpoint_schema, t) for t in TABLES] + [(schema, t) for t in replicated]
+            for db, table in targets:
+                started = time.monotonic()
+                cur.execute(f"ALTER TABLE `{db}`.`{table}` COMMENT = 'metadata lock probe'")
+                assert time.monotonic() - started < 1.5, f"ALTER TABLE {db}.{table} waited"
+        assert proc.poll() is None, read_log(proc)
+    finally:
+        ddl.close()
+        stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0
+    assert "fatal" not in read_log(proc)
