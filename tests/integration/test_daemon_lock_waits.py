@@ -60,7 +60,10 @@ def _lock_every_row(feed: Changefeed, schema: str) -> tuple[pymysql.connections.
 
 
 def _caught_up(feed: Changefeed, sim: Simulation) -> bool:
-    return feed.checkpoint()[0] >= sim.final_resolved_ts
+    try:
+        return feed.checkpoint()[0] >= sim.final_resolved_ts
+    except pymysql.err.ProgrammingError:  # the daemon has not created the checkpoint tables yet
+        return False
 
 
 def _not_ready(base: str) -> dict | None:
@@ -218,9 +221,14 @@ def test_a_storm_of_transient_errors_is_logged_by_class_reported_and_ridden_out(
             "--log-format", "json", "--http-listen", "127.0.0.1:0", "--retry-report-seconds", "3"
         )
         base = http_base(proc)
+        wait_for_output(proc, '"started"', timeout=30)  # start-up is not retried: not killed either
         killer.start()
-        answer = wait_until(lambda: _not_ready(base), 30, "/readyz 503", proc)
-        assert answer["status"] == "retrying", answer
+        answer = wait_until(
+            lambda: (lambda a: a if a and a["status"] == "retrying" else None)(_not_ready(base)),
+            30,
+            "/readyz 503 retrying",
+            proc,
+        )
         assert answer["reason"].startswith("no downstream transaction committed for ")
         assert "connection=" in answer["reason"] and answer["failing_for_seconds"] >= 3
         time.sleep(3)  # a few more replays, each killed
