@@ -20,7 +20,7 @@ from applier.codec.events import tso_physical_ms
 from applier.ddl_exec import DDLExecutor, DDLFailed, DDLOutcome
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
-from applier.downstream.session import close_quietly, connect
+from applier.downstream.session import close_quietly, connect, connection_id
 from applier.downstream.url import DownstreamConfig
 from applier.downstream.watch import StatementWatch
 from applier.logs import get_logger
@@ -162,9 +162,7 @@ class WindowApplier:
         if self._conn is None:
             conn = connect(self._cfg)
             try:
-                with conn.cursor() as cur:  # no table read: opens no transaction
-                    cur.execute("SELECT CONNECTION_ID()")
-                    (self._connection_id,) = cur.fetchone()
+                self._connection_id = connection_id(conn)  # for the statement watch
             except BaseException:
                 close_quietly(conn)
                 raise

@@ -165,7 +165,7 @@ class Health(Observer):
         if wait is not None and now - wait.since > self.stall_seconds:
             reason = (
                 f"a statement has waited {now - wait.since:.0f} s on a {wait.kind} lock "
-                f"({wait.description[:200]}); blocked by {wait.blocked_by()}"
+                f"({wait.description[:200]}); {wait.blocked_by()}"
             )
             return Verdict(False, "waiting on a lock", {**detail, "reason": reason})
         if failing is not None and failing >= self.retry_report_seconds:

@@ -39,7 +39,7 @@ from typing import Final
 import pymysql
 
 from applier.downstream.errors import is_connection_loss, is_transient
-from applier.downstream.session import close_quietly, connect
+from applier.downstream.session import close_quietly, connect, connection_id
 from applier.downstream.url import DownstreamConfig
 from applier.logs import get_logger
 
@@ -147,8 +147,7 @@ class ActiveLock:
         try:
             with conn.cursor() as cur:
                 cur.execute("SET SESSION wait_timeout = %s", (self._idle_timeout,))
-                cur.execute("SELECT CONNECTION_ID()")
-                (self._connection_id,) = cur.fetchone()
+            self._connection_id = connection_id(conn)
         except BaseException:
             close_quietly(conn)
             raise

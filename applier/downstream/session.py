@@ -51,6 +51,7 @@ __all__ = [
     "DownstreamUnreachable",
     "close_quietly",
     "connect",
+    "connection_id",
     "tls_kwargs",
 ]
 
@@ -188,6 +189,14 @@ def close_quietly(conn: pymysql.connections.Connection | None) -> None:
     # close() raises "Already closed" on a second call and socket errors on a dead peer.
     with contextlib.suppress(pymysql.err.Error, OSError):
         conn.close()
+
+
+def connection_id(conn: pymysql.connections.Connection) -> int:
+    """The server's id of a session: what ``KILL`` and ``PROCESSLIST`` name it by. Reads no table,
+    so it opens no transaction even with autocommit off."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CONNECTION_ID()")
+        return int(cur.fetchone()[0])
 
 
 def _configure(conn: pymysql.connections.Connection, cfg: DownstreamConfig) -> None:

@@ -106,11 +106,14 @@ class StatementWait:
     since: float  # monotonic time the wait began (the server's own count of seconds)
     blockers: tuple[Blocker, ...] = ()
     unknown: str | None = None  # why no blocker is named
+    likely: bool = False  # the blockers are candidates (no metadata-lock table to ask)
 
     def blocked_by(self) -> str:
-        if self.blockers:
-            return "; ".join(str(b) for b in self.blockers)
-        return self.unknown or "blocker unknown: no session found holding it"
+        """``blocked by session ...``, or why nobody is named."""
+        if not self.blockers:
+            return self.unknown or "blocker unknown: no session found holding it"
+        sessions = "; ".join(str(b) for b in self.blockers)
+        return f"likely blocked by one of: {sessions}" if self.likely else f"blocked by {sessions}"
 
 
 @dataclass(eq=False)
@@ -316,15 +319,15 @@ class StatementWatch:
         if entry.wait is not None and entry.wait.kind == kind:
             return  # still the same wait: said once
         self._end_wait(entry, "the lock was granted")
-        blockers, unknown = self._blockers(conn, entry, kind)
+        blockers, unknown, likely = self._blockers(conn, entry, kind)
+        since = self._clock() - waited
         wait = StatementWait(
-            next(self._seq), cid, entry.description, kind, state, self._clock() - waited, blockers, unknown
+            next(self._seq), cid, entry.description, kind, state, since, blockers, unknown, likely
         )
         if not self._swap(entry, wait):
             return  # the statement ended meanwhile
         self.log.warning(
-            f"statement waits on a {'metadata' if kind == 'metadata' else 'row'} lock; blocked by "
-            + wait.blocked_by(),
+            f"statement waits on a {kind} lock; {wait.blocked_by()}",
             statement=_short(entry.description, 200),
             connection=cid,
             state=state,
@@ -353,32 +356,30 @@ class StatementWatch:
             if wait is None and entry.wait is not expected:
                 return False
             entry.wait = wait
-            # A statement's wait outlives its registration by the few lines until it is cleared.
-            current = [e.wait for e in self._entries.values() if e.wait is not None]
-            if wait is None:
-                current = [w for w in current if w is not expected]
-            self._waits = tuple(current)
+            self._waits = tuple(e.wait for e in self._entries.values() if e.wait is not None)
             self.version += 1
         return True
 
     # -- who blocks --------------------------------------------------------------------------------
     def _blockers(
         self, conn: pymysql.connections.Connection, entry: _Entry, kind: str
-    ) -> tuple[tuple[Blocker, ...], str | None]:
+    ) -> tuple[tuple[Blocker, ...], str | None, bool]:
+        """The blocking sessions, why none is named, and whether they are only candidates."""
         if self._no_process:
             own = self._ids_from(conn, self._mdl_queries(entry) if kind == "metadata" else ())
             if not own:
-                return (), NO_PROCESS
-            return self._describe(conn, own), None
+                return (), NO_PROCESS, False
+            return self._describe(conn, own), None, False
+        likely = False
         if kind == "row":
             ids = self._ids_from(conn, _row_queries(entry.connection_id))
         else:
             ids = self._ids_from(conn, self._mdl_queries(entry))
             if not ids:
-                ids = self._likely_mdl_holders(conn, entry)
+                ids, likely = self._likely_mdl_holders(conn, entry), True
         if not ids:
-            return (), None
-        return self._describe(conn, ids), None
+            return (), None, False
+        return self._describe(conn, ids), None, likely
 
     def _mdl_queries(self, entry: _Entry) -> tuple[tuple[str, tuple], ...]:
         cid = entry.connection_id

@@ -82,8 +82,11 @@ def test_a_metadata_lock_wait_names_the_open_transaction_or_says_why_it_cannot(
             runner.start()
             (seen,) = _waits(watches[0])
             assert (seen.kind, seen.state) == ("metadata", "Waiting for table metadata lock")
-            assert [b.id for b in seen.blockers] == [holder_id]
-            assert "idle in an open transaction" in seen.blocked_by()
+            # No metadata-lock table on the test server: the sessions with an open transaction
+            # (other clients of the server among them) are the candidates.
+            assert seen.likely and holder_id in [b.id for b in seen.blockers]
+            assert seen.blocked_by().startswith("likely blocked by one of: session ")
+            assert f"session {holder_id} (" in seen.blocked_by()
             (blind,) = _waits(watches[1])
             assert blind.kind == "metadata" and blind.blockers == () and blind.blocked_by() == NO_PROCESS
             # On stop: the waiting statement is killed (same user: no privilege needed).

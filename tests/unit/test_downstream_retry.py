@@ -179,6 +179,7 @@ def test_retry_log_says_each_class_once_then_sums_up_and_says_when_it_is_over() 
     assert rlog.failing_since == 0.0
     rlog.succeeded()
     level, event, fields = lines.lines[-1]
+    assert level == 20
     assert event == "downstream recovered: the transaction committed after transient errors"
     assert fields == {"failed_s": 99.5, "errors": "connection=1, lock_wait=199"}
     rlog.succeeded()  # nothing to say without trouble
