@@ -41,7 +41,7 @@ class ApplyError(RuntimeError):
 
 class Stopping(Exception):
     """The daemon was asked to stop (SIGTERM/SIGINT) while a unit waited to be replayed, or its
-    statement was killed for the stop (:meth:`WindowApplier.interrupt`); nothing was committed."""
+    statement was killed for the stop (``StatementWatch.interrupt``); nothing was committed."""
 
 
 @dataclass
@@ -231,7 +231,7 @@ class WindowApplier:
         (the statement killed for the stop: 1317, a killed session: 1927/2013) is not replayed:
         the transaction is rolled back and :class:`Stopping` says so, not as an error.
         """
-        description, tables = _describe(window)
+        description, tables = _unit_description(window)
 
         def attempt() -> None:
             try:
@@ -425,7 +425,7 @@ class WindowApplier:
         )
 
 
-def _describe(window: Window | None) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _unit_description(window: Window | None) -> tuple[str, tuple[tuple[str, str], ...]]:
     """What the statement watch says a unit is, and the tables it needs locks on."""
     if window is None:
         return "a downstream transaction", ()
