@@ -22,7 +22,7 @@ from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
 from applier.downstream.session import close_quietly, connect, connection_id
 from applier.downstream.url import DownstreamConfig
-from applier.downstream.watch import StatementWatch
+from applier.downstream.watch import StatementWatch, Watched
 from applier.logs import get_logger
 from applier.window import Window
 from checkpoint import CheckpointStore
@@ -146,6 +146,7 @@ class WindowApplier:
         self._maybe_committed = False
         self.watch = watch
         """Lock waits of the statements registered here are reported; the daemon kills them on stop."""
+        self._watched: Watched | None = None  # the registrations of the unit in flight
         self.stats = ApplyStats()
         self.log = get_logger(component="apply")
         self._retry_log = RetryLog(self.log, report_seconds=retry_report_seconds)
@@ -236,15 +237,22 @@ class WindowApplier:
         def attempt() -> None:
             try:
                 _ = self.conn  # (re)connected: its connection id is known
-                watching = (
-                    self.watch.statement(self._connection_id, description, tables) if self.watch else None
-                )
-                with watching or contextlib.nullcontext():
+                watch = self.watch
+                with (
+                    watch.statement(self._connection_id, description, tables)
+                    if watch
+                    else _NOT_WATCHED as watched
+                ):
+                    self._watched = watched
                     unit()
             except Exception as exc:
-                if self._stop_requested() and is_transient(exc):
+                if self._stop_requested() and (
+                    is_transient(exc) or (watch is not None and watch.interrupted)
+                ):
                     raise Stopping() from exc
                 raise
+            finally:
+                self._watched = None
 
         run_with_retry(
             attempt,
@@ -256,6 +264,14 @@ class WindowApplier:
             sleep=self._sleep,
         )
         self._retry_log.succeeded()
+
+    def watch_also(self, connection_id: int, sql: str) -> None:
+        """Watch a statement the unit in flight runs on another session until the unit ends (the
+        DDL executor's ``on_statement``: the DDL runs on the single-active lock's session)."""
+        del sql  # the unit's description names the DDL already
+        watched = self._watched
+        if watched is not None:
+            watched.also(connection_id)
 
     def deliver_notifications(self) -> None:
         """Pass retries that happened on the apply thread to ``on_retry`` (call from the daemon's thread)."""
@@ -423,6 +439,9 @@ class WindowApplier:
             note=result.note or None,
             query=" ".join(ddl.query.split())[:200],
         )
+
+
+_NOT_WATCHED = contextlib.nullcontext()
 
 
 def _unit_description(window: Window | None) -> tuple[str, tuple[tuple[str, str], ...]]:

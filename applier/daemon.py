@@ -225,7 +225,13 @@ class Daemon:
             close_quietly(conn)
         self._become_active()
         assert self.lock is not None
-        ddl_executor = DDLExecutor(self.store, dialect, self.lock, owner=self.lock.owner_token)
+        ddl_executor = DDLExecutor(
+            self.store,
+            dialect,
+            self.lock,
+            owner=self.lock.owner_token,
+            on_statement=self._watch_ddl,
+        )
         conn = connect(self.downstream, autocommit=False)
         try:
             self.store.claim(conn, self.lock.owner_token)
@@ -493,6 +499,12 @@ class Daemon:
             self.observer.on_apply_start(prepared.window)
             self._inflight = self.applier.apply_async(prepared)
         return applied
+
+    def _watch_ddl(self, connection_id: int, sql: str) -> None:
+        """A DDL starts on the lock's session: watch it for lock waits (and kill it on stop) with
+        the window it belongs to."""
+        if self.applier is not None:
+            self.applier.watch_also(connection_id, sql)
 
     def _report_waits(self) -> None:
         """Pass the statement watch's lock waits to the observers when they changed (health, metrics)."""

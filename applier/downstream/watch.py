@@ -145,6 +145,28 @@ def _row_queries(cid: int) -> tuple[tuple[str, tuple], ...]:
     )
 
 
+class Watched:
+    """The statements one :meth:`StatementWatch.statement` block registered; all end with it."""
+
+    def __init__(self, watch: StatementWatch, description: str, tables: tuple[tuple[str, str], ...]) -> None:
+        self._watch = watch
+        self.description = description
+        self.tables = tables
+        self._entries: list[_Entry] = []
+
+    def also(self, connection_id: int, description: str | None = None) -> None:
+        """Watch session ``connection_id`` too, until the block ends: a statement the unit runs on
+        another session (the DDL, on the single-active lock's session)."""
+        entry = _Entry(connection_id, description or self.description, self.tables, self._watch._clock())
+        self._entries.append(entry)
+        self._watch._add(entry)
+
+    def end(self) -> None:
+        for entry in self._entries:
+            self._watch._remove(entry)
+        self._entries.clear()
+
+
 class StatementWatch:
     """Registered statements, the thread that looks at the long ones, and the kill switch.
 
@@ -155,6 +177,9 @@ class StatementWatch:
         with watch.statement(conn_id, "ALTER TABLE s.t ...", tables=[("s", "t")]):
             cur.execute(...)
         watch.waits()        # what waits now (for health and metrics)
+        with watch.statement(apply_id, "DDL at ts ...") as watched:
+            watched.also(lock_session_id)   # the unit's DDL runs on another session
+            ...
         watch.interrupt()    # on stop: KILL QUERY of every registered statement
         watch.close()
     """
@@ -191,31 +216,37 @@ class StatementWatch:
         self._waits: tuple[StatementWait, ...] = ()
         self.version = 0
         """Changes whenever :meth:`waits` does (the daemon passes waits on only then)."""
+        self.interrupted = False
+        """Set by :meth:`interrupt`: errors of the statements from then on are the kill's doing."""
         self.log = get_logger(component="watch")
 
     # -- registration (any thread) ---------------------------------------------------------------
     @contextlib.contextmanager
     def statement(
         self, connection_id: int | None, description: str, tables: Iterable[tuple[str, str]] = ()
-    ) -> Iterator[None]:
-        """Watch what session ``connection_id`` runs inside the block (None: nothing to watch).
+    ) -> Iterator[Watched]:
+        """Watch what session ``connection_id`` runs inside the block (None: nothing yet).
 
         ``description`` names it in the log (truncated); ``tables`` (schema, table) help name the
-        holders of a metadata lock when the server has no lock table for it.
+        holders of a metadata lock when the server has no lock table for it. The block's
+        :meth:`Watched.also` adds statements the unit runs on other sessions.
         """
-        if connection_id is None:
-            yield
-            return
-        entry = _Entry(connection_id, description, tuple(tables), self._clock())
-        key = id(entry)
-        with self._entries_lock:
-            self._entries[key] = entry
+        watched = Watched(self, description, tuple(tables))
+        if connection_id is not None:
+            watched.also(connection_id)
         try:
-            yield
+            yield watched
         finally:
-            self._end_wait(entry, "the statement ended")
-            with self._entries_lock:
-                del self._entries[key]
+            watched.end()
+
+    def _add(self, entry: _Entry) -> None:
+        with self._entries_lock:
+            self._entries[id(entry)] = entry
+
+    def _remove(self, entry: _Entry) -> None:
+        self._end_wait(entry, "the statement ended")
+        with self._entries_lock:
+            self._entries.pop(id(entry), None)
 
     def waits(self) -> tuple[StatementWait, ...]:
         """The registered statements waiting on a lock now."""
@@ -483,6 +514,7 @@ class StatementWatch:
         ids = self.registered()
         if not ids:
             return []
+        self.interrupted = True
         verb = "CONNECTION" if connection else "QUERY"
         # The watch session, unless the watch thread is busy with it: then a session of its own.
         shared = self._mutex.acquire(timeout=1.0)

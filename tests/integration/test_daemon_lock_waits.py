@@ -123,9 +123,14 @@ def test_sigterm_while_a_window_waits_on_a_row_lock_exits_zero_within_10_s(feed:
     assert feed.compare(sim, sim.final_resolved_ts) == []
 
 
-def test_a_ddl_waiting_on_a_metadata_lock_is_reported_then_applied(feed: Changefeed) -> None:
+def _applied_up_to_the_alter_table_read(
+    feed: Changefeed, seed: int
+) -> tuple[Simulation, int, pymysql.connections.Connection, int]:
+    """The stream applied up to its ALTER TABLE, whose table a test session has read in a
+    transaction that stays open (it keeps a metadata lock on the table until it ends): returns the
+    simulation, where the ALTER starts, the session and its id."""
     schema = feed.new_schema()
-    sim = simulate(StreamConfig(seed=62, partitions=PARTITIONS, transactions=160, schema=schema))
+    sim = simulate(StreamConfig(seed=seed, partitions=PARTITIONS, transactions=160, schema=schema))
     cut, alter = next(
         (i, ev)
         for i, rec in enumerate(sim.records)
@@ -133,11 +138,15 @@ def test_a_ddl_waiting_on_a_metadata_lock_is_reported_then_applied(feed: Changef
         if ev.kind == "ddl" and (ev.ddl_query or "").startswith("ALTER")
     )
     _first_part_applied(feed, sim, cut)
-    # An open transaction that read the table keeps a metadata lock on it until it ends.
     reader, reader_id = _session(feed)
     with reader.cursor() as cur:
         cur.execute("BEGIN")
         cur.execute(f"SELECT * FROM `{schema}`.`{alter.table}` LIMIT 1")
+    return sim, cut, reader, reader_id
+
+
+def test_a_ddl_waiting_on_a_metadata_lock_is_reported_then_applied(feed: Changefeed) -> None:
+    sim, cut, reader, reader_id = _applied_up_to_the_alter_table_read(feed, seed=62)
     proc = None
     try:
         produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
@@ -295,3 +304,31 @@ def test_an_idle_daemon_holds_no_lock_a_ddl_would_wait_for(feed: Changefeed) -> 
         stop(proc, signal.SIGTERM)
     assert proc.returncode == 0
     assert "fatal" not in read_log(proc)
+
+
+def test_sigterm_while_a_ddl_waits_on_a_metadata_lock_exits_zero_within_10_s(feed: Changefeed) -> None:
+    """The DDL runs on the single-active lock's session: killing it for the stop is no lost lock."""
+    sim, cut, reader, _ = _applied_up_to_the_alter_table_read(feed, seed=65)
+    proc = None
+    try:
+        produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
+        proc = feed.start("--log-format", "json", "--http-listen", "off")
+        wait_for_output(proc, "statement waits on a metadata lock", timeout=60)
+        before = feed.checkpoint()
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        took = time.monotonic() - started
+        log = read_log(proc)
+        assert code == 0, log
+        assert took < 10, f"stopped after {took:.1f} s"
+        assert "fatal" not in log
+        assert feed.checkpoint() == before
+    finally:
+        reader.rollback()
+        reader.close()
+        if proc is not None:
+            stop(proc)
+    done = feed.run_to_end(timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.compare(sim, sim.final_resolved_ts) == []
