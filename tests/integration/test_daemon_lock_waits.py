@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -91,6 +92,21 @@ def _log_lines(proc, needle: str) -> list[dict]:
     return [json.loads(line) for line in read_log(proc).splitlines() if needle in line]
 
 
+def _sigterm_stops_within_10_s_and_keeps_the_checkpoint(feed: Changefeed, proc: subprocess.Popen) -> str:
+    """SIGTERM while the window in flight waits on a lock; returns the daemon's log."""
+    before = feed.checkpoint()  # the window in flight waits: nothing commits now
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=15)
+    took = time.monotonic() - started
+    log = read_log(proc)
+    assert code == 0, log
+    assert took < 10, f"stopped after {took:.1f} s"
+    assert "killing its statement" in log and "fatal" not in log
+    assert feed.checkpoint() == before  # the window was rolled back with its checkpoint
+    return log
+
+
 def test_sigterm_while_a_window_waits_on_a_row_lock_exits_zero_within_10_s(feed: Changefeed) -> None:
     sim, cut, holder_id, holder = _half_applied_rows_locked(feed, seed=61)
     proc = None
@@ -103,16 +119,7 @@ def test_sigterm_while_a_window_waits_on_a_row_lock_exits_zero_within_10_s(feed:
         assert f"blocked by session {holder_id} (" in line["event"], line
         assert "idle in an open transaction" in line["event"]
         assert line["statement"].startswith("rows of the window up to ts ")
-        before = feed.checkpoint()  # the window in flight waits: nothing commits now
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=15)
-        took = time.monotonic() - started
-        log = read_log(proc)
-        assert code == 0, log
-        assert took < 10, f"stopped after {took:.1f} s"
-        assert "killing its statement" in log and "fatal" not in log
-        assert feed.checkpoint() == before  # the window was rolled back with its checkpoint
+        _sigterm_stops_within_10_s_and_keeps_the_checkpoint(feed, proc)
     finally:
         holder.rollback()
         holder.close()
@@ -314,16 +321,7 @@ def test_sigterm_while_a_ddl_waits_on_a_metadata_lock_exits_zero_within_10_s(fee
         produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
         proc = feed.start("--log-format", "json", "--http-listen", "off")
         wait_for_output(proc, "statement waits on a metadata lock", timeout=60)
-        before = feed.checkpoint()
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=15)
-        took = time.monotonic() - started
-        log = read_log(proc)
-        assert code == 0, log
-        assert took < 10, f"stopped after {took:.1f} s"
-        assert "fatal" not in log
-        assert feed.checkpoint() == before
+        _sigterm_stops_within_10_s_and_keeps_the_checkpoint(feed, proc)
     finally:
         reader.rollback()
         reader.close()
