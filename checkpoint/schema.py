@@ -35,7 +35,8 @@ _COLLATION_PREFERENCE: Final = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb
 
 _TABLE_OPTIONS: Final = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={c} ROW_FORMAT=DYNAMIC"
 
-_DDL_JOURNAL: Final = """
+_DDL_JOURNAL: Final = (
+    """
 CREATE TABLE IF NOT EXISTS {s}.`ddl_journal` (
   `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
   `commit_ts` BIGINT UNSIGNED NOT NULL,
@@ -47,7 +48,9 @@ CREATE TABLE IF NOT EXISTS {s}.`ddl_journal` (
   `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: fingerprint before the DDL',
   `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',
   PRIMARY KEY (`changefeed`)
-) """ + _TABLE_OPTIONS
+) """
+    + _TABLE_OPTIONS
+)
 
 # {s}: quoted schema, {c}: collation. Only identifiers we control are formatted in; values are bound.
 TABLES: Final[dict[str, str]] = {

@@ -51,6 +51,7 @@ MAX_LOCK_NAME: Final = 64  # MySQL 5.7+ rejects longer user-level lock names
 
 _log = get_logger(component="lock")
 
+
 class LockLost(RuntimeError):
     """The single-active lock is gone: stop applying, another instance may already be active."""
 
