@@ -31,6 +31,7 @@ from sqlgen import (
     Statement,
     WindowPlan,
     plan_window,
+    statement_too_large,
     statements,
 )
 
@@ -355,6 +356,9 @@ class WindowApplier:
 
         The barrier already bounds a window to about ``max_txn_rows`` rows by whole upstream
         transactions, so a window is never split here and the checkpoint always moves with it.
+        A statement too large for the server's ``max_allowed_packet`` (only a single huge row can
+        be: ``sqlgen.dml`` cuts the others to it) is an ApplyError before it is sent; the
+        transaction rolls back, so nothing of the window is written.
         """
         window, plan, stmts, queries = prepared.window, prepared.plan, prepared.statements, prepared.queries
 
@@ -374,6 +378,12 @@ class WindowApplier:
                                 bind += clock() - started
                             else:
                                 query = queries[i]
+                            too_large = statement_too_large(st, query, self._dialect)
+                            if too_large is not None:  # the server would drop the session
+                                raise ApplyError(
+                                    f"{too_large}; window up to ts {window.target_ts}: nothing of it "
+                                    "is written, the checkpoint stays before it"
+                                )
                             cur.execute(query)  # no args: pymysql sends it as it is
                         except pymysql.MySQLError as exc:
                             if is_transient(exc):

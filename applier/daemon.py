@@ -286,6 +286,7 @@ class Daemon:
             resolved_ts=ckpt.resolved_ts,
             resume_offsets={str(p): o for p, o in start.items()},
             dialect=dialect.name,
+            max_allowed_packet=dialect.max_allowed_packet,
         )
         self.observer.on_ready()
         return self._loop()

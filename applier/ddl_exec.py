@@ -56,12 +56,17 @@ class DDLUnsettled(RuntimeError):
 
 
 def detect_dialect(conn: pymysql.connections.Connection) -> Dialect:
-    """MariaDB or MySQL rules, from the server's version string."""
+    """MariaDB or MySQL rules, from the server's version string, sized to its ``max_allowed_packet``.
+
+    Read once at start by the daemon and the catch-up: the session value is what limits our
+    statements (``sqlgen.dml`` cuts them to it; a row beyond it stops with a clear error).
+    """
     with conn.cursor() as cur:
-        cur.execute("SELECT VERSION()")
-        (version,) = cur.fetchone()
+        cur.execute("SELECT VERSION(), @@SESSION.max_allowed_packet")
+        version, packet = cur.fetchone()
     conn.rollback()
-    return MARIADB if "mariadb" in str(version).lower() else MYSQL
+    dialect = MARIADB if "mariadb" in str(version).lower() else MYSQL
+    return dialect.with_max_allowed_packet(int(packet))
 
 
 def touched_schemas(ddl: DDLEvent | JournalEntry) -> frozenset[str]:

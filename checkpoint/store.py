@@ -40,6 +40,7 @@ from checkpoint.schema import (
     quote_ident,
     validate_schema_name,
 )
+from sqlgen.dml import literal_bytes
 
 UINT64_MAX: Final = (1 << 64) - 1
 INT64_MAX: Final = (1 << 63) - 1
@@ -47,6 +48,13 @@ INT32_MAX: Final = (1 << 31) - 1
 _INT32_MIN: Final = -(1 << 31)
 
 _ROWS_PER_STATEMENT: Final = 500
+_STATEMENT_BYTES: Final = 64 << 10
+"""Most bytes of bound values one checkpoint statement carries. A window may touch thousands of
+tables and a topic may have hundreds of partitions, and names can be 255 characters of any
+script, so the multi-row upserts are cut by size as well as by rows: 64 KiB stays far below any
+``max_allowed_packet`` a server runs with (the applier's own data statements are sized to the
+server's value, see ``sqlgen.dml``)."""
+_ROW_TEMPLATE_BYTES: Final = 48  # "(%s, %s, %s, %s, %s, UTC_TIMESTAMP(6)), " less its placeholders
 
 
 class FencedOut(RuntimeError):
@@ -114,9 +122,20 @@ def _check_offset(value: object) -> int:
     return value
 
 
-def _chunks(rows: Sequence[tuple], size: int = _ROWS_PER_STATEMENT) -> Iterable[Sequence[tuple]]:
-    for i in range(0, len(rows), size):
-        yield rows[i : i + size]
+def _chunks(
+    rows: Sequence[tuple], size: int = _ROWS_PER_STATEMENT, max_bytes: int = _STATEMENT_BYTES
+) -> Iterable[Sequence[tuple]]:
+    """Runs of ``rows`` of at most ``size`` rows and about ``max_bytes`` bound (a bigger row alone)."""
+    start = 0
+    total = 0
+    for i, row in enumerate(rows):
+        n = _ROW_TEMPLATE_BYTES + sum(map(literal_bytes, row))
+        if i > start and (i - start >= size or total + n > max_bytes):
+            yield rows[start:i]
+            start, total = i, 0
+        total += n
+    if start < len(rows):
+        yield rows[start:]
 
 
 class CheckpointStore:

@@ -23,7 +23,7 @@ from sqlgen.collapse import (
 )
 from sqlgen.ddl import SCHEMA_DDL_TYPES, SKIP_DDL_TYPES, DDLPlan, plan_ddl, translate_ddl
 from sqlgen.dialect import MARIADB, MYSQL, TIDB, Dialect, dialect_by_name
-from sqlgen.dml import Statement, statements, table_statements
+from sqlgen.dml import Statement, statement_too_large, statements, table_statements
 from sqlgen.errors import (
     ALREADY_APPLIED_DDL_ERRORS,
     NEVER_RETRY_DDL_ERRORS,
@@ -69,6 +69,7 @@ __all__ = [
     "quote_ident_fmt",
     "quote_table",
     "quote_table_fmt",
+    "statement_too_large",
     "statements",
     "table_statements",
     "translate_ddl",

@@ -21,8 +21,18 @@ Statement forms, chosen by measuring MariaDB 10.11 (EXPLAIN, 200k-row table):
   dialect's placeholder for FLOAT/JSON columns; DECIMAL parameters are bound as Decimal.
 - ``REPLACE INTO t (cols) VALUES (...),(...)`` and keyless ``INSERT INTO``, multi-row.
 
-Batches hold at most ``max_rows_per_statement`` rows, ``max_params_per_statement`` placeholders
-and about ``max_statement_bytes`` of string/bytes values (a larger single row goes alone).
+Batches hold at most ``max_rows_per_statement`` rows and ``max_params_per_statement``
+placeholders, and their statement, once pymysql has bound the values, at most
+``Dialect.statement_bytes``: the smaller of ``max_statement_bytes`` and the server's
+``max_allowed_packet`` less a margin. The size is an upper bound computed from the values, never
+by binding them (that happens once, later, in the applier): a bytes value is ``X'hex'``, twice its
+length; a string is quoted with ``\\ ' " NUL CR LF ^Z`` escaped and encoded as UTF-8, so at most
+2 bytes per ASCII character and 4 per other character (``str.isascii`` is free in CPython), or,
+from ``_EXACT_FROM`` characters on, exactly its UTF-8 length plus one byte per escaped character;
+ints, floats and the NULL type never take more than ``_BOUNDED_LITERAL_BYTES``. A single row
+above the budget goes alone, and :func:`statement_too_large` measures its bound text exactly
+before it is sent: a row that does not fit the packet at all is an error naming the table, the
+key and the setting, not a statement the server would refuse by dropping the connection.
 """
 
 from __future__ import annotations
@@ -34,12 +44,25 @@ from itertools import chain
 from typing import Any, Literal
 
 from sqlgen.collapse import DeleteGroup, KeylessOp, TablePlan, UpsertGroup, WindowPlan
-from sqlgen.dialect import Dialect
-from sqlgen.quoting import column_list_fmt, quote_ident_fmt, quote_table_fmt
+from sqlgen.dialect import Dialect, packet_margin, packet_needed
+from sqlgen.quoting import column_list_fmt, quote_ident_fmt, quote_table, quote_table_fmt
 
 TYPE_DECIMAL = 246
-_VARLEN_TYPES = frozenset({15, 253, 254, 249, 250, 251, 252, 245, 225, 246})
-_FIXED_VALUE_BYTES = 16
+_BOUNDED_TYPES = frozenset({1, 2, 3, 8, 9, 13, 16, 247, 248, 4, 5, 6})
+"""Column types whose values the decoder only ever gives as int, float or None (docs/open-protocol.md
+§4: the integer types, YEAR, BIT, ENUM, SET; FLOAT and DOUBLE; the NULL type): their literals are
+short. Every other column (text, blobs, JSON, DECIMAL, dates and times, unknown codes) is measured
+value by value."""
+_BOUNDED_LITERAL_BYTES = 32
+"""Longest literal of such a value: 20 characters for a 64-bit int, 26 for a float (``repr`` plus
+pymysql's ``e0``), ``NULL``; rounded up."""
+_BYTES_LITERAL_EXTRA = 9
+"""Literal of a bytes value beyond its hex digits: ``X''`` (``_binary''`` in older pymysql)."""
+_EXACT_FROM = 256
+"""Strings of at least this many characters are measured exactly (a few C-speed scans): for them the
+2x/4x bound would waste most of a statement; shorter ones are not worth the scans."""
+_ESCAPED = ("\\", "'", '"', "\n", "\r", "\0", "\x1a")
+"""The characters pymysql escapes in a string literal, each with one more byte."""
 
 StatementKind = Literal["delete", "replace", "insert"]
 
@@ -81,43 +104,68 @@ def table_statements(tp: TablePlan, dialect: Dialect) -> Iterator[Statement]:
 # --- batching ---------------------------------------------------------------------------------
 
 
-def _value_size(v: Any) -> int:
-    if v is None:
-        return 4
-    if type(v) is bytes:
-        return 2 * len(v)
-    if type(v) is str:
-        return len(v)
-    return _FIXED_VALUE_BYTES
+def literal_bytes(v: Any) -> int:
+    """Upper bound of the bytes of ``v`` bound as a literal by pymysql (exact for bytes and long text)."""
+    t = type(v)
+    if t is str:
+        n = len(v)
+        if n >= _EXACT_FROM:
+            return _text_bytes(v)
+        return 2 * n + 2 if v.isascii() else 4 * n + 2
+    if t is bytes:
+        return 2 * len(v) + _BYTES_LITERAL_EXTRA
+    if v is None or t is int or t is float:
+        return _BOUNDED_LITERAL_BYTES
+    return 4 * len(str(v)) + _BOUNDED_LITERAL_BYTES  # Decimal or anything else: its text, quoted
 
 
-def _batches(rows: Sequence[tuple[Any, ...]], types: Sequence[int], dialect: Dialect) -> Iterator[range]:
-    """Index ranges of ``rows`` that fit the dialect's per-statement limits."""
+def _text_bytes(v: str) -> int:
+    """Exact bytes of a string literal: quotes, UTF-8 text, one more byte per escaped character."""
+    n = len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass"))
+    return n + 2 + sum(map(v.count, _ESCAPED))
+
+
+def _batches(
+    rows: Sequence[tuple[Any, ...]], types: Sequence[int], dialect: Dialect, head: int, per_row: int
+) -> Iterator[range]:
+    """Index ranges of ``rows`` that fit the dialect's per-statement limits.
+
+    ``head`` is the size of the statement's text without its rows, ``per_row`` that of one row's
+    placeholders and separator; values are counted as :func:`literal_bytes` does (inlined here:
+    this runs for every value of every row, so it stays flat).
+    """
     ncols = max(len(types), 1)
     per = max(1, min(dialect.max_rows_per_statement, dialect.max_params_per_statement // ncols))
     n = len(rows)
-    var_idx = [i for i, t in enumerate(types) if t in _VARLEN_TYPES]
+    budget = dialect.statement_bytes - head
+    var_idx = [i for i, t in enumerate(types) if t not in _BOUNDED_TYPES]
+    fixed = per_row + _BOUNDED_LITERAL_BYTES * (ncols - len(var_idx))
     if not var_idx:
+        per = max(1, min(per, budget // fixed))
         for start in range(0, n, per):
             yield range(start, min(start + per, n))
         return
-    budget = dialect.max_statement_bytes
-    fixed = _FIXED_VALUE_BYTES * (ncols - len(var_idx))
     start = 0
     size = 0
     for i, row in enumerate(rows):
         rsize = fixed
-        for j in var_idx:  # _value_size, inlined: this runs for every row of every window
+        for j in var_idx:
             v = row[j]
             t = type(v)
             if t is str:
-                rsize += len(v)
+                m = len(v)
+                if m >= _EXACT_FROM:
+                    rsize += _text_bytes(v)
+                elif v.isascii():
+                    rsize += 2 * m + 2
+                else:
+                    rsize += 4 * m + 2
             elif t is bytes:
-                rsize += 2 * len(v)
+                rsize += 2 * len(v) + _BYTES_LITERAL_EXTRA
             elif v is None:
                 rsize += 4
             else:
-                rsize += _FIXED_VALUE_BYTES
+                rsize += literal_bytes(v)
         if i > start and (i - start >= per or size + rsize > budget):
             yield range(start, i)
             start = i
@@ -125,6 +173,57 @@ def _batches(rows: Sequence[tuple[Any, ...]], types: Sequence[int], dialect: Dia
         size += rsize
     if start < n:
         yield range(start, n)
+
+
+def _text_size(text: str) -> int:
+    """UTF-8 bytes of SQL text (identifiers may be any script)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def bound_bytes(query: str, limit: int) -> int:
+    """Bytes of a bound statement as pymysql sends it (UTF-8), measured only when it matters.
+
+    ASCII text (the common case: ``isascii`` reads a flag) is its length; other text is encoded
+    only when 4 bytes per character could exceed ``limit``, else its 4x bound is returned.
+    """
+    n = len(query)
+    if query.isascii() or 4 * n <= limit:
+        return n if query.isascii() else 4 * n
+    return len(query.encode("utf-8", "surrogatepass"))
+
+
+def statement_too_large(st: Statement, query: str, dialect: Dialect) -> str | None:
+    """Why ``query`` (``st`` with its values bound) cannot be sent to the server, or None.
+
+    The batching above keeps every multi-row statement within the budget, so in practice only a
+    statement of one row can be too large: one row whose values alone exceed the server's
+    ``max_allowed_packet``. Nothing a retry or a restart does can apply it, so the message names
+    the row and the setting to raise.
+    """
+    budget = dialect.packet_budget
+    size = bound_bytes(query, budget)
+    if size <= budget:
+        return None
+    packet = dialect.max_allowed_packet
+    rows = "a row" if st.rows == 1 else f"{st.rows} rows"
+    return (
+        f"{rows} of {quote_table(st.schema, st.table)} cannot be applied: its {st.kind.upper()} "
+        f"statement {_key_text(st.first_key)} is {size} bytes, over max_allowed_packet = {packet} bytes "
+        f"(less a margin of {packet_margin(packet)}); raise max_allowed_packet on the downstream "
+        f"server to at least {packet_needed(size)} (SET GLOBAL max_allowed_packet and the server's "
+        "configuration file), then restart the applier"
+    )
+
+
+def _key_text(key: tuple[Any, ...] | None) -> str:
+    """A handle key for a message: each value cut to a few dozen characters."""
+    if key is None:
+        return "(keyless table)"
+    parts = []
+    for v in key:
+        r = repr(v)
+        parts.append(r if len(r) <= 40 else r[:37] + "...")
+    return "for key (" + ", ".join(parts) + ")"
 
 
 def _exact(v: Any) -> Any:
@@ -183,7 +282,8 @@ def delete_statements(schema: str, table: str, group: DeleteGroup, dialect: Dial
         prefix = f"DELETE FROM {target} WHERE {in_lhs} IN ("
         full_sql: str | None = None
         full_n = 0
-        for r in _batches(plain, group.types, dialect):
+        head, per_row = _text_size(prefix) + 1, len(tuple_ph) + 1
+        for r in _batches(plain, group.types, dialect, head, per_row):
             batch = plain[r.start : r.stop]
             n = len(batch)
             if n == 1:
@@ -231,7 +331,7 @@ def _multi_row(
     row_ph = "(" + ",".join(["%s"] * len(columns)) + ")"
     cached_sql: str | None = None
     cached_n = 0
-    for r in _batches(rows, types, dialect):
+    for r in _batches(rows, types, dialect, _text_size(prefix), len(row_ph) + 1):
         n = len(r)
         if n != cached_n or cached_sql is None:
             cached_sql = prefix + ",".join([row_ph] * n)

@@ -39,7 +39,7 @@ from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from checkpoint import CheckpointStore
 from checkpoint.schema import quote_ident
-from sqlgen import Dialect, Statement, TablePlan, plan_table, table_statements
+from sqlgen import Dialect, Statement, TablePlan, plan_table, statement_too_large, table_statements
 
 TableKey = tuple[str, str]
 
@@ -138,8 +138,12 @@ class _Session:
 
 
 def _execute(cur: pymysql.cursors.Cursor, st: Statement, spec: WriteSpec) -> None:
+    query = cur.mogrify(st.sql, st.params)  # what execute() would bind, measured before it is sent
+    too_large = statement_too_large(st, query, spec.dialect)
+    if too_large is not None:  # the server would drop the session: a retry loop, not an error
+        raise WriteError(f"{too_large}; epoch {spec.epoch} up to ts {spec.upper} is not checkpointed")
     try:
-        cur.execute(st.sql, st.params)
+        cur.execute(query)
     except pymysql.MySQLError as exc:
         if is_transient(exc):
             raise

@@ -10,7 +10,11 @@ Every session the applier opens goes through :func:`connect`, so all of them agr
   check would reject;
 * utf8mb4 on the wire;
 * ``time_zone`` from the config: TIMESTAMP values arrive as strings in the producer's zone;
-* a fixed, permissive ``sql_mode`` (below), independent of whatever the server's global mode is.
+* a fixed, permissive ``sql_mode`` (below), independent of whatever the server's global mode is;
+* the client's ``max_allowed_packet`` is the server's session value: PyMySQL keeps its own
+  (16 MiB unless told), which would otherwise disagree with a server set lower or higher. The
+  statements themselves are sized to the server's value by ``sqlgen`` (the daemon and the
+  catch-up read it at start, ``applier.ddl_exec.detect_dialect``).
 
 ``DEFAULT_SQL_MODE`` is deliberately *not* derived from the server's global mode: a global mode
 with ``ANSI_QUOTES``, ``NO_BACKSLASH_ESCAPES`` (breaks PyMySQL's backslash escaping of bound
@@ -226,3 +230,5 @@ def _configure(conn: pymysql.connections.Connection, cfg: DownstreamConfig) -> N
                 f"({_one_line(exc.args[1] if len(exc.args) > 1 else exc)})",
                 errno=error_code(exc),
             ) from exc
+        cur.execute("SELECT @@SESSION.max_allowed_packet")
+        conn.max_allowed_packet = int(cur.fetchone()[0])

@@ -7,7 +7,10 @@ import pickle
 from decimal import Decimal
 from typing import Any
 
+import pymysql
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hyp
 
 from applier.codec.events import FLAG_HANDLE_KEY, Position, Row, RowEvent, RowKind
 from sqlgen import (
@@ -23,7 +26,15 @@ from sqlgen import (
     statements,
 )
 from sqlgen.collapse import DeleteGroup, KeylessOp, UpsertGroup
-from sqlgen.dml import delete_statements, keyless_statements, replace_statements
+from sqlgen.dialect import packet_margin, packet_needed
+from sqlgen.dml import (
+    Statement,
+    delete_statements,
+    keyless_statements,
+    literal_bytes,
+    replace_statements,
+    statement_too_large,
+)
 
 HK = FLAG_HANDLE_KEY
 INT, VARCHAR, FLOAT, JSON, DECIMAL, BLOB = 3, 15, 4, 245, 246, 252
@@ -172,3 +183,127 @@ def test_window_statements_order_and_counts() -> None:
     for s in sts:
         per_kind[s.kind] = per_kind.get(s.kind, 0) + s.rows
     assert per_kind == {k: v for k, v in plan.totals().items() if k != "events" and v}
+
+
+# -- sizing to max_allowed_packet --------------------------------------------------------------
+
+
+def _binder() -> Any:
+    """A pymysql cursor that binds like the applier's sessions (utf8mb4, backslash escapes), offline."""
+    conn = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4")
+    conn.server_status = 0  # set by the handshake; 0: backslash escapes, as our sql_mode has them
+    return conn.cursor()
+
+
+def _wire(cur: Any, st: Statement) -> int:
+    return len(cur.mogrify(st.sql, st.params).encode("utf-8", "surrogatepass"))
+
+
+def test_packet_budget_margin_and_advice() -> None:
+    assert MARIADB.max_allowed_packet == 16 << 20
+    one = MARIADB.with_max_allowed_packet(1 << 20)
+    assert one.name == "mariadb" and one.max_allowed_packet == 1 << 20
+    assert packet_margin(1 << 20) == 32 << 10 and packet_margin(4096) == 1024
+    assert one.packet_budget == (1 << 20) - (32 << 10)
+    assert one.statement_bytes == one.packet_budget  # below the 4 MiB cap
+    assert MARIADB.statement_bytes == MARIADB.max_statement_bytes
+    assert pickle.loads(pickle.dumps(one)) == one
+    # the advice is a whole MiB whose budget fits the statement
+    for size in (1, 900_000, 4 << 20, (4 << 20) + 1, 100 << 20):
+        need = packet_needed(size)
+        assert need % (1 << 20) == 0
+        assert MARIADB.with_max_allowed_packet(need).packet_budget >= size
+        assert MARIADB.with_max_allowed_packet(need - (1 << 20)).packet_budget < size or need == 1 << 20
+
+
+def test_rows_of_300_kb_are_cut_to_the_packet_not_to_the_row_count() -> None:
+    rows = [(i, "y" * 300_000) for i in range(10)]
+    g = UpsertGroup(("id", "v"), (INT, VARCHAR), rows, [(i,) for i in range(10)])
+    small = MARIADB.with_max_allowed_packet(1 << 20)
+    sts = list(replace_statements("s", "t", g, small))
+    assert [s.rows for s in sts] == [3, 3, 3, 1]
+    cur = _binder()
+    assert all(_wire(cur, s) <= small.packet_budget for s in sts)
+    assert all(statement_too_large(s, cur.mogrify(s.sql, s.params), small) is None for s in sts)
+    # 16 MiB: only the 4 MiB statement cap cuts
+    assert [s.rows for s in replace_statements("s", "t", g, MARIADB)] == [10]
+
+
+def test_tables_of_short_values_only_are_cut_to_the_packet_too() -> None:
+    keys = [(i, i) for i in range(5000)]
+    tiny = MARIADB.with_max_allowed_packet(64 << 10)
+    sts = list(delete_statements("s", "t", DeleteGroup(("a", "b"), (INT, INT), keys), tiny))
+    assert len(sts) > 1 and sum(s.rows for s in sts) == 5000
+    cur = _binder()
+    assert max(_wire(cur, s) for s in sts) <= tiny.packet_budget
+    # with the default packet the row and parameter caps decide, as before
+    whole = DeleteGroup(("a", "b"), (INT, INT), keys)
+    assert [s.rows for s in delete_statements("s", "t", whole, MARIADB)] == [5000]
+
+
+_values = hyp.one_of(
+    hyp.none(),
+    hyp.integers(min_value=-(2**63), max_value=2**64 - 1),
+    hyp.floats(allow_nan=False, allow_infinity=False),
+    hyp.text(alphabet=hyp.sampled_from("ab'\"\\\n\r\x00\x1aé表😀"), max_size=400),
+    hyp.binary(max_size=400),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hyp.lists(hyp.tuples(hyp.integers(0, 10**6), _values, _values), min_size=1, max_size=30),
+    hyp.integers(min_value=2 << 10, max_value=40 << 10),
+)
+def test_every_multi_row_statement_fits_the_packet_once_bound(rows: list, packet: int) -> None:
+    """Whatever the values (escapes, multi-byte text, bytes, extreme numbers), a statement of
+    several rows, bound by pymysql, never exceeds the budget: only a lone row can."""
+    dialect = MARIADB.with_max_allowed_packet(packet)
+    types = (INT, VARCHAR, BLOB)
+    g = UpsertGroup(("id", "v", "b"), types, rows, [(r[0],) for r in rows])
+    ops = [KeylessOp("insert", ("id", "v", "b"), types, r) for r in rows]
+    keys = DeleteGroup(("id", "v"), (INT, VARCHAR), [r[:2] for r in rows if r[1] is not None])
+    cur = _binder()
+    for sts in (
+        list(replace_statements("s", "t", g, dialect)),
+        list(keyless_statements("s", "t", ops, dialect)),
+        list(delete_statements("s", "t", keys, dialect)),
+    ):
+        for s in sts:
+            size = _wire(cur, s)
+            if s.rows > 1:
+                assert size <= dialect.packet_budget
+            assert (statement_too_large(s, cur.mogrify(s.sql, s.params), dialect) is None) == (
+                size <= dialect.packet_budget
+            )
+    assert sum(s.rows for s in replace_statements("s", "t", g, dialect)) == len(rows)
+
+
+def test_a_row_beyond_the_packet_is_one_message_naming_table_key_and_setting() -> None:
+    row = (7, "k" * 100, b"\x01" * (4 << 20))
+    g = UpsertGroup(("id", "name", "blob"), (INT, VARCHAR, BLOB), [row], [row[:2]])
+    small = MARIADB.with_max_allowed_packet(1 << 20)
+    (st,) = replace_statements("my`db", "t", g, small)
+    query = _binder().mogrify(st.sql, st.params)
+    msg = statement_too_large(st, query, small)
+    assert msg is not None and "\n" not in msg
+    assert "a row of `my``db`.`t` cannot be applied" in msg
+    assert f"is {len(query)} bytes" in msg
+    assert "max_allowed_packet = 1048576 bytes" in msg
+    assert f"at least {packet_needed(len(query))}" in msg and packet_needed(len(query)) == 9 << 20
+    assert "REPLACE statement for key (7, '" + "k" * 36 + "...) is" in msg  # values cut short
+    assert "\x01" not in msg
+    assert statement_too_large(st, query, MARIADB) is None  # 16 MiB: fits
+    (keyless,) = keyless_statements("s", "t", [KeylessOp("insert", ("b",), (BLOB,), (row[2],))], small)
+    bound = _binder().mogrify(keyless.sql, keyless.params)
+    assert "INSERT statement (keyless table) is" in (statement_too_large(keyless, bound, small) or "")
+
+
+def test_literal_bounds_hold_and_are_exact_for_long_text_and_bytes() -> None:
+    cur = _binder()
+    for v in ("", "abc", "a'b\\c\n", "é表😀" * 3, "x'" * 300, "表\x00" * 200, b"", b"\x00\xff" * 300, None, 0,
+              -(2**63), 2**64 - 1, 1e-300, -1.7976931348623157e308, 0.1):  # fmt: skip
+        exact = len(cur.mogrify("%s", (v,)).encode("utf-8"))
+        assert literal_bytes(v) >= exact, v
+        if (isinstance(v, str) and len(v) >= 256) or isinstance(v, bytes):
+            assert literal_bytes(v) - exact <= 9, v
