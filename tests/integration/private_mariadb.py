@@ -1,11 +1,15 @@
-"""A throwaway MariaDB server with TLS, for the TLS tests: its own datadir, port, CA and certificates.
+"""Throwaway MariaDB servers, for tests that need server settings the shared test server lacks.
 
-The shared test server cannot be reconfigured for TLS, so the tests start their own: the
-``mariadb-install-db`` and ``mariadbd`` of the machine's MariaDB package, a temporary datadir, a free
-loopback port and ``require_secure_transport``, so that any TCP session without TLS is refused: a
-session that works is a session that was encrypted. Certificates are made with the ``openssl``
-command: a CA, a server certificate for IP 127.0.0.1 only, a client certificate, and a second,
-unrelated CA that must be refused.
+The shared server cannot be reconfigured per test, so these tests start their own: the
+``mariadb-install-db`` and ``mariadbd`` of the machine's MariaDB package, a temporary datadir and a
+free loopback port (about two seconds to start; stop them with :meth:`PrivateMariaDB.stop`).
+
+- :func:`start_private_mariadb`: TLS with ``require_secure_transport``, so that any TCP session
+  without TLS is refused: a session that works is a session that was encrypted. Certificates are
+  made with the ``openssl`` command: a CA, a server certificate for IP 127.0.0.1 only, a client
+  certificate, and a second, unrelated CA that must be refused.
+- :func:`start_plain_mariadb`: no TLS, any extra server options (``--max-allowed-packet=1M``),
+  ``root`` without password over TCP too, so ``PrivateMariaDB.url`` works as a downstream URL.
 """
 
 from __future__ import annotations
@@ -87,8 +91,18 @@ class PrivateMariaDB:
     def certs(self) -> Path:
         return self.base / "certs"
 
+    @property
+    def params(self) -> dict:
+        """pymysql connection parameters of ``root`` over the unix socket (no TLS needed there)."""
+        return {"unix_socket": self.socket, "user": "root"}
+
+    @property
+    def url(self) -> str:
+        """Downstream URL of ``root`` over TCP (only servers of :func:`start_plain_mariadb` accept it)."""
+        return f"mysql://root@127.0.0.1:{self.port}/"
+
     def root(self) -> pymysql.connections.Connection:
-        return pymysql.connect(unix_socket=self.socket, user="root", autocommit=True)
+        return pymysql.connect(**self.params, autocommit=True)
 
     def log(self) -> str:
         path = self.base / "error.log"
@@ -117,6 +131,40 @@ def start_private_mariadb(base: Path) -> PrivateMariaDB:
     """Install a datadir and start ``mariadbd`` with TLS on a free loopback port (fails, never skips)."""
     base.mkdir(parents=True, exist_ok=True)
     make_certificates(base / "certs")
+    certs = base / "certs"
+    return _start(
+        base,
+        [
+            f"--ssl-ca={certs / 'ca.pem'}", f"--ssl-cert={certs / 'server.pem'}",
+            f"--ssl-key={certs / 'server.key'}", "--require-secure-transport=ON",
+        ],
+    )  # fmt: skip
+
+
+def start_plain_mariadb(base: Path, *options: str) -> PrivateMariaDB:
+    """Start ``mariadbd`` without TLS, with ``options`` added to its command line (fails, never skips).
+
+    ``root`` gets a password-less account for 127.0.0.1 as well, for the daemon's TCP sessions.
+    """
+    # utf8mb4 as the distribution's configuration (skipped by --no-defaults) sets it on the shared server
+    server = _start(base, ["--skip-ssl", "--character-set-server=utf8mb4", *options])
+    try:
+        conn = server.root()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'")
+                cur.execute("GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+        finally:
+            conn.close()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _start(base: Path, server_options: list[str]) -> PrivateMariaDB:
+    """Install a datadir under ``base`` and start ``mariadbd`` on a free loopback port, ready."""
+    base.mkdir(parents=True, exist_ok=True)
     datadir = base / "data"
     install = _binary("mariadb-install-db", "/usr/bin/mariadb-install-db", "mysql_install_db")
     mariadbd = _binary("mariadbd", "/usr/sbin/mariadbd", "/usr/sbin/mysqld")
@@ -127,14 +175,12 @@ def start_private_mariadb(base: Path) -> PrivateMariaDB:
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     port = free_port()
-    certs = base / "certs"
     proc = subprocess.Popen(
         [
             mariadbd, "--no-defaults", f"--datadir={datadir}", *as_root,
             f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}",
             f"--pid-file={base / 'mysqld.pid'}", f"--log-error={base / 'error.log'}",
-            f"--ssl-ca={certs / 'ca.pem'}", f"--ssl-cert={certs / 'server.pem'}",
-            f"--ssl-key={certs / 'server.key'}", "--require-secure-transport=ON",
+            *server_options,
             "--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--max-connections=50",
         ],
         stdout=subprocess.DEVNULL,
