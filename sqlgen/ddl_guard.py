@@ -367,7 +367,9 @@ def _matches_key(
     classic architecture and by the normal table in the new one)."""
     if kind in _SCHEMA_KINDS:
         for s, _ in objects:
-            if s != schema:
+            # Producers that leave ``scm`` out of a schema DDL's key (docs/open-protocol.md §2)
+            # give nothing to compare; the reserved schemas are still refused.
+            if schema and s != schema:
                 raise HostileDDL(f"it is {kind} of {s!r} but the event is keyed to schema {schema!r}")
         return
     key = (schema, table)
