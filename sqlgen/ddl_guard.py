@@ -315,10 +315,10 @@ def _check_tokens(
     if ddl_type not in SKIP_DDL_TYPES and kind != TIDB_OBJECT:
         _matches_key(kind, ddl_type, objects, seconds, schema, table)
     if allowed is None:
-        for s, t in seconds:
+        for s, t in sorted(tables):
             if s != schema:
                 raise HostileDDL(
-                    f"DDL type {ddl_type} is unknown, so a second table outside the key's schema "
+                    f"DDL type {ddl_type} is unknown, so a table outside the key's schema "
                     f"({s}.{t}) is refused"
                 )
     for s in sorted(schemas | ({schema} if schema else set())):
