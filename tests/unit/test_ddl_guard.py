@@ -53,7 +53,8 @@ ACCEPTED: list[tuple[int, str, str, str, set[str], set[tuple[str, str]]]] = [
         3,
         "d",
         "child",
-        "CREATE TABLE child (id INT, pid INT, FOREIGN KEY (pid) REFERENCES `p`.`parent`(id) ON DELETE CASCADE)",
+        "CREATE TABLE child (id INT, pid INT, "
+        "FOREIGN KEY (pid) REFERENCES `p`.`parent`(id) ON DELETE CASCADE)",
         {"d", "p"},
         {("d", "child"), ("p", "parent")},
     ),
@@ -114,7 +115,8 @@ ACCEPTED: list[tuple[int, str, str, str, set[str], set[tuple[str, str]]]] = [
         21,
         "d",
         "v",
-        "CREATE ALGORITHM = UNDEFINED DEFINER = `root`@`%` SQL SECURITY DEFINER VIEW `v` AS SELECT `a` FROM `d`.`t`",
+        "CREATE ALGORITHM = UNDEFINED DEFINER = `root`@`%` SQL SECURITY DEFINER "
+        "VIEW `v` AS SELECT `a` FROM `d`.`t`",
         {"d"},
         {("d", "v")},
     ),
