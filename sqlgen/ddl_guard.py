@@ -164,7 +164,6 @@ _FOREIGN_OBJECTS = frozenset(
         "AGGREGATE",
         "PACKAGE",
         "INSTANCE",
-        "SPATIAL",
         "SYNONYM",
         "STATS",
         "BINDING",
@@ -473,7 +472,9 @@ def _create(w: _Walk, ddl_type: int) -> Parsed:
         return CREATE_SEQ, [w.table("a sequence name")], []
     if w.word() in ("PLACEMENT", "RESOURCE"):
         return TIDB_OBJECT, [], []
-    w.accept("UNIQUE") or w.accept("FULLTEXT") or w.accept("COLUMNAR") or w.accept("VECTOR")
+    if w.word(w.i + 1) in ("INDEX", "KEY"):
+        w.accept("UNIQUE") or w.accept("FULLTEXT") or w.accept("SPATIAL") or w.accept("COLUMNAR")
+        w.accept("VECTOR")
     if w.accept("INDEX") or w.accept("KEY"):
         return _create_index(w)
     raise HostileDDL(f"CREATE {w.word() or w.show(w.i)} is not a DDL statement TiCDC replicates")

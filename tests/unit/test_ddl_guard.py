@@ -68,6 +68,7 @@ ACCEPTED: list[tuple[int, str, str, str, set[str], set[tuple[str, str]]]] = [
     (6, "d", "t", "ALTER TABLE `d`.`t` DROP COLUMN `c`", {"d"}, {("d", "t")}),
     (7, "d", "t", "CREATE UNIQUE INDEX `i` ON `t` (`b`)", {"d"}, {("d", "t")}),
     (7, "d", "t", "alter table t add index i (b), add unique key u (c) global", {"d"}, {("d", "t")}),
+    (7, "d", "t", "CREATE SPATIAL INDEX g ON t (p)", {"d"}, {("d", "t")}),
     (8, "d", "t", "DROP INDEX i ON t", {"d"}, {("d", "t")}),
     (8, "d", "t", "alter table t drop index i", {"d"}, {("d", "t")}),
     (
@@ -244,6 +245,7 @@ REFUSED: list[tuple[int, str, str, str, str]] = [
     (7, "db", "t", "CREATE INDEX i ON u (a)", "keyed to"),
     (21, "db", "v", "CREATE DEFINER = root TRIGGER tr BEFORE INSERT ON t FOR EACH ROW SET @x = 1", "TRIGGER"),
     (3, "db", "t", "CREATE FUNCTION f() RETURNS INT RETURN 1", "FUNCTION"),
+    (3, "db", "t", "CREATE SPATIAL REFERENCE SYSTEM 4120 NAME 'x'", "CREATE SPATIAL"),
     (3, "db", "t", "CREATE PROCEDURE p() SELECT 1", "PROCEDURE"),
     (3, "db", "t", "CREATE EVENT e ON SCHEDULE EVERY 1 DAY DO DELETE FROM t", "EVENT"),
     (4, "db", "t", "DROP USER x", "DROP USER"),
