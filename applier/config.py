@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from applier.codec.decoder import DecoderOptions
 from applier.downstream.url import SSL_MODES
 
 
@@ -389,6 +390,18 @@ class Config:
             return self.values[name]
         except KeyError:
             raise AttributeError(name) from None
+
+    def decoder_options(self) -> DecoderOptions:
+        """How to decode this changefeed's records: the one place the daemon, the catch-up and
+        ``applier decode`` build their options. The checkpoint schema is reserved: no DDL event
+        may touch it (:mod:`sqlgen.ddl_guard`)."""
+        ckpt = self.values.get("checkpoint_schema")
+        compression = self.values.get("compression") or "none"
+        return DecoderOptions(
+            legacy_base64_strings=bool(self.values.get("legacy_base64_strings")),
+            compression=None if compression == "none" else compression,
+            reserved_schemas=frozenset({ckpt}) if ckpt else frozenset(),
+        )
 
     def masked(self) -> dict[str, Any]:
         """The values with every secret hidden: what may be printed or logged."""

@@ -32,7 +32,7 @@ from types import FrameType
 
 from applier.apply import ApplyError, PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.barrier import Barrier
-from applier.codec.decoder import DecoderOptions, decode_record
+from applier.codec.decoder import decode_record
 from applier.codec.errors import MalformedRecordError
 from applier.config import Config
 from applier.ddl_exec import DDLExecutor, DDLUnsettled, detect_dialect
@@ -117,10 +117,7 @@ class Daemon:
         self.observer = Observers(observers)
         self.log = get_logger(changefeed=cfg.group_id, topic=cfg.topic)
         self._stop = threading.Event()
-        self.options = DecoderOptions(
-            legacy_base64_strings=bool(cfg.legacy_base64_strings),
-            compression=None if cfg.compression == "none" else cfg.compression,
-        )
+        self.options = cfg.decoder_options()
         self.downstream = DownstreamConfig.from_url(cfg.downstream).with_options(
             time_zone=cfg.time_zone,
             **({"password_file": cfg.downstream_password_file} if cfg.downstream_password_file else {}),

@@ -43,7 +43,7 @@ from applier.downstream.lock import ActiveLock
 from applier.logs import get_logger
 from checkpoint import CheckpointStore, JournalEntry, ddl_digest
 from sqlgen import MARIADB, MYSQL, DDLPlan, Dialect, ErrorClass, classify_ddl_error, plan_ddl
-from sqlgen.ddl import SCHEMA_DDL_TYPES
+from sqlgen.ddl_guard import HostileDDL, check_ddl
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, tokenize
 
 
@@ -70,19 +70,21 @@ def detect_dialect(conn: pymysql.connections.Connection) -> Dialect:
 
 
 def touched_schemas(ddl: DDLEvent | JournalEntry) -> frozenset[str]:
-    """The schemas a DDL may change: its key's schema and every schema its text qualifies a
-    name with (``RENAME TABLE a TO other.b``, ``EXCHANGE PARTITION p WITH TABLE other.t``)."""
+    """The schemas a DDL may change: the guard's targets (the key's schema, RENAME targets, the
+    EXCHANGE PARTITION partner, ...) plus every schema the text qualifies a name with, so that a
+    shape the guard reads differently still cannot hide a changed schema from the fingerprint."""
     schemas = {ddl.schema} if ddl.schema else set()
+    try:
+        targets = check_ddl(ddl.query, ddl.ddl_type, ddl.schema, ddl.table)
+        schemas |= targets.schemas | {s for s, _ in targets.tables}
+    except HostileDDL:
+        pass  # refused at decoding already; the token scan below still covers it
     toks = [t for t in tokenize(ddl.query) if t.kind not in INSIGNIFICANT]
     for i in range(len(toks) - 2):
         a, dot, b = toks[i], toks[i + 1], toks[i + 2]
         if dot.kind == PUNCT and dot.text == "." and a.kind in (WORD, QIDENT) and b.kind in (WORD, QIDENT):
             schemas.add(_ident(a.text))
-    if ddl.ddl_type in SCHEMA_DDL_TYPES and not ddl.schema:
-        words = [t for t in toks if t.kind in (WORD, QIDENT)]
-        if len(words) >= 3:
-            schemas.add(_ident(words[-1].text))
-    return frozenset(schemas)
+    return frozenset(s for s in schemas if s)
 
 
 def _ident(text: str) -> str:

@@ -73,19 +73,12 @@ def summarise(records: list[Record], topic: str, options: DecoderOptions) -> Str
     return summary
 
 
-def decoder_options(cfg) -> DecoderOptions:
-    return DecoderOptions(
-        legacy_base64_strings=bool(cfg.legacy_base64_strings),
-        compression=None if cfg.compression == "none" else cfg.compression,
-    )
-
-
 def run_decode(cfg) -> int:
     reader = PartitionReader(cfg.kafka_bootstrap, cfg.topic, "applier-decode", cfg.kafka_config)
     try:
         partitions = reader.discover_partitions()
         records = read_all(reader, dict.fromkeys(partitions, "earliest"))
-        summary = summarise(records, cfg.topic, decoder_options(cfg))
+        summary = summarise(records, cfg.topic, cfg.decoder_options())
     except (KafkaReadError, MalformedRecordError) as exc:
         print(f"applier: {exc}", file=sys.stderr)
         return 1

@@ -23,7 +23,11 @@ and not a sqlglot round trip):
   ``AUTO_RANDOM_BASE``, ``TTL = col + INTERVAL n unit``, ``TTL_ENABLE``, ``TTL_JOB_INTERVAL``,
   TiDB statistics options, ``[DEFAULT] PLACEMENT POLICY [=] name`` (table, partition, database)
   and ``REMOVE TTL``, with the comma that separated them;
-- the same inside MySQL executable comments (``/*!90000 ... */``), dropping comments left empty.
+- the same inside MySQL executable comments (``/*!90000 ... */``), dropping comments left empty;
+- TiDB's global index option ``GLOBAL``/``LOCAL`` (also as ``/*T![global_index] GLOBAL */``)
+  and a partitioning change's ``UPDATE INDEXES (...)``. A global UNIQUE index of a CREATE TABLE
+  that has a primary key becomes a plain index (docs/open-protocol.md §8 says why that is safe
+  and why it is not done elsewhere).
 
 Statements that exist only in TiDB (``CREATE/ALTER/DROP PLACEMENT POLICY``, ``... RESOURCE
 GROUP``) translate to ''. Words are matched only where they are clauses, so a column that happens
@@ -214,12 +218,25 @@ _TIME_UNITS = frozenset(
 _CLOSERS = frozenset({",", ")", ";"})
 
 
+def _is_global_comment(t: Token) -> bool:
+    if t.kind != TIDB_COMMENT:
+        return False
+    inner = t.text[4:-2]
+    if inner.startswith("["):
+        inner = inner[inner.find("]") + 1 :]
+    return inner.strip().upper() == "GLOBAL"
+
+
 class _Rewriter:
     """Marks tokens for removal, then renders the survivors with tidy whitespace."""
 
     def __init__(self, toks: list[Token]) -> None:
+        # TiDB may write the global index option as ``/*T![global_index] GLOBAL */``: read it as
+        # the word, so that the index loses its UNIQUE where that is safe (see global_index).
+        toks = [Token(WORD, "GLOBAL") if _is_global_comment(t) else t for t in toks]
         self.toks = toks
         self.removed = [False] * len(toks)
+        self.replaced: dict[int, str] = {}
         # significant tokens: indexes into toks, and the paren depth in front of each
         self.sig: list[int] = []
         self.depth: list[int] = []
@@ -300,6 +317,8 @@ class _Rewriter:
             return "table"
         if head in ("CREATE", "ALTER") and second in ("DATABASE", "SCHEMA"):
             return "database"
+        if head == "CREATE" and second in ("UNIQUE", "INDEX", "FULLTEXT", "SPATIAL"):
+            return "index"
         return "other"
 
     def run(self) -> str:
@@ -309,8 +328,8 @@ class _Rewriter:
         kind = self.statement_kind()
         if kind == "tidb_only":
             return ""
-        if kind in ("table", "database"):
-            self.rewrite(table=kind == "table")
+        if kind in ("table", "database", "index"):
+            self.rewrite(table=kind != "database")
             if self.word(0) == "ALTER" and self.alter_is_empty():
                 return ""
         self.drop_empty_exec_comments()
@@ -349,6 +368,14 @@ class _Rewriter:
                 pk_depth = d
             elif w in ("CLUSTERED", "NONCLUSTERED") and pk_depth == d and not self.punct(p + 1, "("):
                 self.remove(p, p)
+            elif w in ("GLOBAL", "LOCAL") and self.global_index(p):
+                pass
+            elif d == 0 and w == "UPDATE" and self.word(p + 1) == "INDEXES" and self.punct(p + 2, "("):
+                end = self.paren_end(p + 2)
+                if end is not None:
+                    self.remove(p, end)
+                    p = end + 1
+                    continue
             elif w == "AUTO_RANDOM" and self.attribute_position(p):
                 end = self.auto_random_end(p)
                 if end is not None:
@@ -372,6 +399,65 @@ class _Rewriter:
                 p += 2
                 continue
             p += 1
+
+    def paren_end(self, p: int) -> int | None:
+        """Position of the ``)`` closing the ``(`` at ``p``, or None."""
+        for q in range(p + 1, len(self.sig)):
+            if self.depth[q] == self.depth[p] and self.punct(q, ")"):
+                return q
+        return None
+
+    def clause_start(self, p: int) -> int:
+        """First position of the comma-separated clause holding ``p`` (at ``p``'s depth)."""
+        d = self.depth[p]
+        q = p
+        while q > 0 and self.depth[q - 1] >= d and not (self.depth[q - 1] == d and self.punct(q - 1, ",")):
+            q -= 1
+        return q
+
+    def global_index(self, p: int) -> bool:
+        """Handle TiDB's ``GLOBAL``/``LOCAL`` index option at ``p``: remove it, and turn a global
+        UNIQUE index into a plain index where that keeps replication exact (docs/open-protocol.md
+        §8): a TiDB global unique index need not contain the partitioning columns, which MySQL
+        and MariaDB refuse for any unique index of a partitioned table (error 1503)."""
+        start = self.clause_start(p)
+        if self.punct(start, "(") and self.depth[start] < self.depth[p]:
+            start += 1
+        words = [self.word(q) for q in range(start, p) if self.depth[q] == self.depth[p]]
+        if not {"KEY", "INDEX", "UNIQUE", "PRIMARY"} & set(words):
+            return False  # not an index option (CREATE GLOBAL TEMPORARY TABLE, a name, ...)
+        if self.punct(p + 1, "("):
+            return False  # an index called global: ``KEY global (c)``
+        after = self.prev_kept(p)
+        if not self.punct(after, ")") and self.word(after) not in ("KEY", "UNIQUE", "PRIMARY"):
+            return False
+        self.remove(p, p)
+        if self.word(p) == "GLOBAL" and words[0] == "UNIQUE" and self.has_local_primary_key():
+            # Table-level ``UNIQUE [KEY|INDEX] [name] (cols)``: the primary key is the handle
+            # key, so REPLACE by it converges without this index being unique downstream.
+            if self.word(start + 1) in ("KEY", "INDEX"):
+                self.remove(start, start)
+            else:
+                self.replaced[self.sig[start]] = "KEY"
+        return True
+
+    def has_local_primary_key(self) -> bool:
+        """A CREATE TABLE that declares a primary key without the GLOBAL option."""
+        if self.word(0) != "CREATE":
+            return False
+        for q in range(len(self.sig)):
+            if self.word(q) == "PRIMARY" and self.word(q + 1) == "KEY" and self.depth[q] == 1:
+                end = q + 2
+                while (
+                    end < len(self.sig)
+                    and not (self.depth[end] == 1 and self.punct_any(end, ","))
+                    and self.depth[end] >= 1
+                ):
+                    if self.word(end) == "GLOBAL" and self.depth[end] == 1:
+                        return False
+                    end += 1
+                return True
+        return False
 
     def option_value_end(self, p: int, numeric_without_eq: bool = False) -> int | None:
         """Position of the value of an option whose ``[=]`` would be at ``p``, or None."""
@@ -487,7 +573,7 @@ class _Rewriter:
             if pending:
                 self.join_gap(out, t)
                 pending = False
-            out.append(t)
+            out.append(Token(t.kind, self.replaced[i]) if i in self.replaced else t)
         if pending:
             self.join_gap(out, None)
         return "".join(t.text for t in out)

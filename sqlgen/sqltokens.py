@@ -73,8 +73,13 @@ def _quoted_end(s: str, i: int, q: str, backslash: bool) -> int:
     return n
 
 
-def tokenize(s: str) -> list[Token]:
-    """Tokens of ``s``; ``"".join(t.text for t in tokenize(s)) == s`` always holds."""
+def tokenize(s: str, *, backslash_escapes: bool = True) -> list[Token]:
+    """Tokens of ``s``; ``"".join(t.text for t in tokenize(s)) == s`` always holds.
+
+    ``backslash_escapes=False`` reads strings as a server with ``NO_BACKSLASH_ESCAPES`` does
+    (``'\\'`` is a complete string there): :mod:`sqlgen.ddl_guard` reads a text both ways, so
+    that no string boundary can hide a clause from it.
+    """
     out: list[Token] = []
     n = len(s)
     i = 0
@@ -108,7 +113,7 @@ def tokenize(s: str) -> list[Token]:
             out.append(Token(EXEC_CLOSE, "*/"))
             in_exec = False
         elif c == "'" or c == '"':
-            j = _quoted_end(s, i, c, backslash=True)
+            j = _quoted_end(s, i, c, backslash=backslash_escapes)
             out.append(Token(STRING, s[i:j]))
         elif c == "`":
             j = _quoted_end(s, i, c, backslash=False)

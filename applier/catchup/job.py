@@ -42,7 +42,6 @@ from applier.catchup.report import Progress, Summary
 from applier.catchup.rows import DDL, RESOLVED, ROW, STATS
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
-from applier.codec.decoder import DecoderOptions
 from applier.codec.events import DDLEvent, RowEvent
 from applier.config import Config
 from applier.ddl_exec import DDLExecutor, detect_dialect
@@ -125,10 +124,7 @@ class CatchupJob:
         self.until: int | None = cfg.until
         self.downstream = downstream_config(cfg)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
-        self.options = DecoderOptions(
-            legacy_base64_strings=bool(cfg.legacy_base64_strings),
-            compression=None if cfg.compression == "none" else cfg.compression,
-        )
+        self.options = cfg.decoder_options()
         self._spark = spark
         self._offsets = offsets
         self._progress_interval = progress_interval

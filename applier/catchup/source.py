@@ -9,6 +9,7 @@ retried task re-reads exactly the same records.
 
 Options (strings, as Spark passes them): ``bootstrap``, ``topic``, ``group_id``, ``ranges`` (JSON
 list of ``[partition, start, end]``), ``lower_ts``, ``legacy_base64_strings``, ``compression``,
+``reserved_schemas`` (JSON list, see :mod:`sqlgen.ddl_guard`),
 ``batch_rows``, ``collapse_upto`` (keep only the last op per handle key among the ops at or below
 this ts a task reads; empty: keep every op) and
 ``secret.kafka_config`` (JSON of librdkafka settings; the ``secret`` prefix
@@ -133,6 +134,7 @@ class _Reader(DataSourceReader):
             options=DecoderOptions(
                 legacy_base64_strings=options.get("legacy_base64_strings", "false") == "true",
                 compression=options.get("compression") or None,
+                reserved_schemas=frozenset(json.loads(options.get("reserved_schemas", "[]"))),
             ),
             lower_ts=int(options["lower_ts"]),
             batch_rows=int(options.get("batch_rows", "20000")),
@@ -172,6 +174,7 @@ def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
         "lower_ts": str(spec.lower_ts),
         "legacy_base64_strings": "true" if spec.options.legacy_base64_strings else "false",
         "compression": spec.options.compression or "",
+        "reserved_schemas": json.dumps(sorted(spec.options.reserved_schemas)),
         "batch_rows": str(spec.batch_rows),
         "collapse_upto": "" if spec.collapse_upto is None else str(spec.collapse_upto),
         "secret.kafka_config": json.dumps(dict(spec.kafka_config)),

@@ -15,6 +15,12 @@ Each event is decoded by one of two paths with the same results:
 
 So the fast path never needs an error message; it only must never accept what the careful path
 rejects nor produce anything else (tests/unit/test_codec_fastpath.py feeds both the same records).
+
+Every DDL event (careful path only: they are rare) is also checked by :mod:`sqlgen.ddl_guard`:
+its text must be the DDL its type code and key describe, touching no reserved schema. A DDL
+text is input like any other, and one that is not what its event says is malformed input, so it
+stops the reader at that record before anything at or after it runs. The guard is the codec's one
+import from outside it: a pure function over tokens (:mod:`sqlgen.sqltokens`), no database.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from applier.codec.values import a2b_base64 as _a2b_base64
 from applier.codec.values import decimal_match as _decimal_match
 from applier.codec.values import escape_decode as _escape_decode
 from applier.codec.values import search_slow_escape as _search_slow_escape
+from sqlgen.ddl_guard import HostileDDL, check_ddl
 
 __all__ = ["DEFAULT_OPTIONS", "DecoderOptions", "decode_record"]
 
@@ -68,10 +75,13 @@ class DecoderOptions:
     (and no ``f``); they are decoded to bytes, then to str unless the column is binary.
     ``compression``: None, ``"snappy"`` (raw block format) or ``"lz4"`` (frame format); applies to
     every non-empty value document, never to keys.
+    ``reserved_schemas``: schemas no DDL event may touch besides the server's own (the
+    checkpoint schema); see :mod:`sqlgen.ddl_guard`.
     """
 
     legacy_base64_strings: bool = False
     compression: str | None = None
+    reserved_schemas: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         decompressor(self.compression)  # reject an unknown algorithm at configuration time
@@ -196,7 +206,12 @@ def _malformed(
 
 
 def _careful_event(
-    kdoc: bytes, vdoc: Any, plan: ValuePlan, decompress: Decompressor | None, pos: Position
+    kdoc: bytes,
+    vdoc: Any,
+    plan: ValuePlan,
+    decompress: Decompressor | None,
+    pos: Position,
+    reserved: frozenset[str] = frozenset(),
 ) -> Event:
     """Decode one event with every check spelled out: the reference behaviour.
 
@@ -263,6 +278,10 @@ def _careful_event(
             ddl_type = val.get("t", 0)
             if type(ddl_type) is not int:
                 raise Problem("DDL type t is not an integer")
+            try:
+                check_ddl(query, ddl_type, scm, tbl, reserved_schemas=reserved)
+            except HostileDDL as e:
+                raise Problem(f"DDL text does not match its event: {e}", query) from None
             return DDLEvent(ts, scm, tbl, query, ddl_type, pos)
         raise Problem(f"unknown event kind t={kind!r}")
     except Problem as e:
@@ -314,7 +333,12 @@ def decode_record_careful(
         try:
             events.append(
                 _careful_event(
-                    keys[index], values[index], plan, decompress, Position(topic, partition, offset, index)
+                    keys[index],
+                    values[index],
+                    plan,
+                    decompress,
+                    Position(topic, partition, offset, index),
+                    options.reserved_schemas,
                 )
             )
         except _EventError as e:
@@ -466,7 +490,12 @@ def decode_record(
         try:
             append(
                 _careful_event(
-                    kdoc, values[index], plan, decompress, Position(topic, partition, offset, index)
+                    kdoc,
+                    values[index],
+                    plan,
+                    decompress,
+                    Position(topic, partition, offset, index),
+                    options.reserved_schemas,
                 )
             )
         except _EventError as e:

@@ -193,10 +193,38 @@ def test_empty_row_image_is_accepted() -> None:
 # --- DDL ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ddl_type", [1, 3, 14, 36, 61, 999])
-def test_ddl_any_type_code(ddl_type: int) -> None:
-    key, value = record(({"ts": 5, "scm": "s", "tbl": "t", "t": 2}, {"q": "X", "t": ddl_type}))
-    assert decode(key, value) == [DDLEvent(5, "s", "t", "X", ddl_type, pos(0))]
+@pytest.mark.parametrize(
+    ("ddl_type", "query"),
+    [
+        (1, "CREATE DATABASE s"),
+        (3, "CREATE TABLE t (a int)"),
+        (14, "RENAME TABLE x TO t"),
+        (36, "DROP SEQUENCE t"),
+        (61, "ALTER TABLE t ADD COLUMN b int, DROP COLUMN c"),
+        (999, "ALTER TABLE s.t ADD COLUMN b int"),
+    ],
+)
+def test_ddl_any_type_code(ddl_type: int, query: str) -> None:
+    key, value = record(({"ts": 5, "scm": "s", "tbl": "t", "t": 2}, {"q": query, "t": ddl_type}))
+    assert decode(key, value) == [DDLEvent(5, "s", "t", query, ddl_type, pos(0))]
+
+
+@pytest.mark.parametrize("reserved", [frozenset(), frozenset({"ckpt"})])
+def test_ddl_whose_text_is_not_its_event_is_malformed_input_with_its_position(reserved) -> None:
+    key, value = record(({"ts": 5, "scm": "s", "tbl": "t", "t": 2}, {"q": "GRANT ALL ON *.* TO x", "t": 3}))
+    with pytest.raises(MalformedRecordError) as info:
+        decode(key, value, DecoderOptions(reserved_schemas=reserved))
+    err = info.value
+    assert (err.partition, err.offset, err.index) == (3, 1234, 0)
+    assert err.reason.startswith("DDL text does not match its event: GRANT")
+    assert err.excerpt == b"GRANT ALL ON *.* TO x"
+
+
+def test_ddl_on_a_reserved_schema_is_malformed_input_only_when_that_schema_is_reserved() -> None:
+    key, value = record(({"ts": 5, "scm": "ckpt", "tbl": "t", "t": 2}, {"q": "DROP TABLE t", "t": 4}))
+    assert decode(key, value)[0].query == "DROP TABLE t"
+    with pytest.raises(MalformedRecordError, match="reserved schema 'ckpt'"):
+        decode(key, value, DecoderOptions(reserved_schemas=frozenset({"ckpt"})))
 
 
 def test_ddl_without_type_code_defaults_to_zero() -> None:

@@ -5,13 +5,14 @@ decoder (Go strconv.Quote-style escaping, base64, old and new column shapes, fra
 from __future__ import annotations
 
 import base64
+import string
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import cramjam
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from applier.codec.decoder import DecoderOptions, decode_record
@@ -24,6 +25,8 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
+from sqlgen.ddl_guard import ALWAYS_RESERVED
+from sqlgen.quoting import quote_ident
 
 # --- the independent encoder -------------------------------------------------------------------
 
@@ -223,7 +226,12 @@ def event(draw: st.DrawFn, style: Style) -> tuple[dict[str, Any], dict[str, Any]
         return key, None, lambda pos: ResolvedEvent(ts, pos)
     if what == "ddl":
         key["t"] = 2
-        q, ddl_type = draw(st.text(max_size=30)), draw(st.integers(0, 80))
+        # DDL text must be the DDL its event describes (sqlgen.ddl_guard): a comment change of
+        # the key's table, under a known and an unknown type code.
+        assume(scm.casefold() not in ALWAYS_RESERVED)
+        comment = draw(st.text(alphabet=string.ascii_letters + " ", max_size=20))
+        q = f"ALTER TABLE {quote_ident(tbl)} COMMENT = '{comment}'"
+        ddl_type = draw(st.sampled_from([17, 999]))
         return key, {"q": q, "t": ddl_type}, lambda pos: DDLEvent(ts, scm, tbl, q, ddl_type, pos)
     key["t"] = 1
     ptn = draw(st.none() | INT64)

@@ -108,6 +108,42 @@ TRANSLATIONS = [
         "CREATE TABLE t (a INT) /*!50100 PARTITION BY HASH (a) */ /*!90000 SHARD_ROW_ID_BITS=4 */",
         "CREATE TABLE t (a INT) /*!50100 PARTITION BY HASH (a) */",
     ),
+    # TiDB global indexes: with a primary key (the handle key) a global UNIQUE becomes a plain
+    # index (MariaDB/MySQL refuse a unique index without the partitioning columns, 1503) ...
+    (
+        "create table t (a int, b varchar(255), primary key (a), unique key (b) global) "
+        "partition by hash(a) partitions 5",
+        "create table t (a int, b varchar(255), primary key (a), key (b)) partition by hash(a) partitions 5",
+    ),
+    (
+        "CREATE TABLE `t1` (`a` INT PRIMARY KEY,`b` BIGINT,UNIQUE KEY `b`(`b`) GLOBAL) "
+        "PARTITION BY RANGE (`a`) (PARTITION `p0` VALUES LESS THAN (6))",
+        "CREATE TABLE `t1` (`a` INT PRIMARY KEY,`b` BIGINT, KEY `b`(`b`)) "
+        "PARTITION BY RANGE (`a`) (PARTITION `p0` VALUES LESS THAN (6))",
+    ),
+    (
+        "CREATE TABLE t (a INT, b INT, UNIQUE (b) /*T![global_index] GLOBAL */, PRIMARY KEY (a))",
+        "CREATE TABLE t (a INT, b INT, KEY (b), PRIMARY KEY (a))",
+    ),
+    (
+        "CREATE TABLE t (a INT PRIMARY KEY, b INT, KEY k (b) LOCAL)",
+        "CREATE TABLE t (a INT PRIMARY KEY, b INT, KEY k (b))",
+    ),
+    # ... else (no primary key: the unique index may be the handle key) only the option goes
+    (
+        "CREATE TABLE t (a INT, b INT NOT NULL, UNIQUE (b) GLOBAL)",
+        "CREATE TABLE t (a INT, b INT NOT NULL, UNIQUE (b))",
+    ),
+    ("ALTER TABLE t ADD UNIQUE INDEX i (b) GLOBAL", "ALTER TABLE t ADD UNIQUE INDEX i (b)"),
+    ("CREATE UNIQUE INDEX i ON t (b) GLOBAL", "CREATE UNIQUE INDEX i ON t (b)"),
+    (
+        "CREATE TABLE t (a INT PRIMARY KEY NONCLUSTERED GLOBAL, b INT UNIQUE KEY GLOBAL)",
+        "CREATE TABLE t (a INT PRIMARY KEY, b INT UNIQUE KEY)",
+    ),
+    (
+        "alter table t partition by hash (a) partitions 5 update indexes (b global)",
+        "alter table t partition by hash (a) partitions 5",
+    ),
 ]
 
 UNCHANGED = [
@@ -126,6 +162,8 @@ UNCHANGED = [
     "CREATE TABLE t (a INT PRIMARY KEY, b INT, c INT AS (a + b) STORED)",
     "DROP TABLE IF EXISTS `a``b`",
     "RENAME TABLE a TO b",
+    "CREATE TABLE global (global INT, KEY global (global))",
+    "CREATE GLOBAL TEMPORARY TABLE t (a INT) ON COMMIT DELETE ROWS",
     "",
     "   ",
 ]
