@@ -19,7 +19,7 @@ def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
     cf.drop()
 
 
-LEAST_PRIVILEGE_SCHEMAS = ("ddlc\\_%", "ddlc2\\_%", "fence\\_%", "hostile\\_%")
+LEAST_PRIVILEGE_SCHEMAS = ("ddlc\\_%", "ddlc2\\_%", "fence\\_%", "hostile\\_%", "partition\\_table%")
 """Schema patterns of the DDL tests that run as the least-privilege user (docs/operations.md,
 "The database user")."""
 
