@@ -44,8 +44,9 @@ def _count(feed: Changefeed, sql: str) -> int:
     ("ddl_type", "table", "template"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE]
 )
 def test_hostile_ddl_event_stops_the_daemon_and_touches_nothing(
-    feed: Changefeed, ddl_type: int, table: str, template: str
+    feed: Changefeed, ddl_downstream_url: str, ddl_type: int, table: str, template: str
 ) -> None:
+    feed.downstream = ddl_downstream_url  # as root (what proves the guard) and as the least-privilege user
     schema = feed.new_schema("hostile")
     canary = feed.new_schema("hostile_canary")
     conn = feed.connect()
