@@ -328,7 +328,7 @@ class WindowApplier:
         if window.ddl is None:
             self.log.info(
                 "window applied",
-                rows=len(window.rows),
+                rows=window.row_count,
                 tables=len(window.tables),
                 resolved_ts=window.target_ts,
                 lag_s=round(lag, 3) if lag is not None else None,
@@ -355,44 +355,33 @@ class WindowApplier:
         """One transaction: deletes, replaces and keyless ops of the window, then the checkpoint.
 
         The barrier already bounds a window to about ``max_txn_rows`` rows by whole upstream
-        transactions, so a window is never split here and the checkpoint always moves with it.
+        transactions, so a window is never split over transactions here and the checkpoint always
+        moves with it. A window with spilled rows (``window.streamed``: one upstream transaction
+        larger than the row cache) is planned and executed piece by piece inside that one
+        transaction (``applier.spill`` says why the pieces converge).
         A statement too large for the server's ``max_allowed_packet`` (only a single huge row can
         be: ``sqlgen.dml`` cuts the others to it) is an ApplyError before it is sent; the
         transaction rolls back, so nothing of the window is written.
         """
         window, plan, stmts, queries = prepared.window, prepared.plan, prepared.statements, prepared.queries
+        streamed_counts: dict[tuple[str, str, str], int] = {}
 
         def unit() -> None:
             if self._already_committed(window):
                 return
             conn = self.conn
-            clock = time.monotonic
             bind = 0.0
             try:
                 with conn.cursor() as cur:
-                    for i, st in enumerate(stmts):
-                        try:
-                            if queries is None:
-                                started = clock()
-                                query = cur.mogrify(st.sql, st.params)  # pymysql binds the values
-                                bind += clock() - started
-                            else:
-                                query = queries[i]
-                            too_large = statement_too_large(st, query, self._dialect)
-                            if too_large is not None:  # the server would drop the session
-                                raise ApplyError(
-                                    f"{too_large}; window up to ts {window.target_ts}: nothing of it "
-                                    "is written, the checkpoint stays before it"
-                                )
-                            cur.execute(query)  # no args: pymysql sends it as it is
-                        except pymysql.MySQLError as exc:
-                            if is_transient(exc):
-                                raise
-                            raise ApplyError(
-                                f"downstream refused {st.kind.upper()} on {st.schema}.{st.table} "
-                                f"(first key {st.first_key!r}, {st.rows} rows, window up to ts "
-                                f"{window.target_ts}): MySQL error {error_code(exc)}: {exc.args[-1]}"
-                            ) from None
+                    if window.streamed is None:
+                        bind = self._execute(cur, stmts, queries, window)
+                    else:
+                        streamed_counts.clear()  # a replayed attempt starts from the first piece
+                        for chunk in window.streamed.chunks():
+                            chunk_plan = plan_window(chunk)
+                            chunk_stmts = list(statements(chunk_plan, self._dialect))
+                            bind += self._execute(cur, chunk_stmts, None, window)
+                            _add_counts(streamed_counts, chunk_plan)
                     self._write_checkpoint(cur, window)
                 self._before_commit()
                 conn.commit()
@@ -403,16 +392,44 @@ class WindowApplier:
 
         self._retry(unit, window)
         self.stats.transactions += 1
-        counts: dict[tuple[str, str, str], int] = {}
-        if plan is None:
-            return counts
-        for tid, by_op in plan.row_counts().items():
-            for op, n in by_op.items():
-                if n:
-                    key = (tid[0], tid[1], op)
-                    counts[key] = n
-                    self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
+        counts: dict[tuple[str, str, str], int] = streamed_counts
+        if plan is not None:
+            _add_counts(counts, plan)
+        for key, n in counts.items():
+            self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
         return counts
+
+    def _execute(
+        self, cur: pymysql.cursors.Cursor, stmts: list[Statement], queries: list[str] | None, window: Window
+    ) -> float:
+        """Run the statements of a window (``queries``: their text, already bound); returns the
+        seconds spent binding values. A permanent error becomes an ``ApplyError`` naming the row."""
+        clock = time.monotonic
+        bind = 0.0
+        for i, st in enumerate(stmts):
+            try:
+                if queries is None:
+                    started = clock()
+                    query = cur.mogrify(st.sql, st.params)  # pymysql binds the values
+                    bind += clock() - started
+                else:
+                    query = queries[i]
+                too_large = statement_too_large(st, query, self._dialect)
+                if too_large is not None:  # the server would drop the session
+                    raise ApplyError(
+                        f"{too_large}; window up to ts {window.target_ts}: nothing of it "
+                        "is written, the checkpoint stays before it"
+                    )
+                cur.execute(query)  # no args: pymysql sends it as it is
+            except pymysql.MySQLError as exc:
+                if is_transient(exc):
+                    raise
+                raise ApplyError(
+                    f"downstream refused {st.kind.upper()} on {st.schema}.{st.table} "
+                    f"(first key {st.first_key!r}, {st.rows} rows, window up to ts "
+                    f"{window.target_ts}): MySQL error {error_code(exc)}: {exc.args[-1]}"
+                ) from None
+        return bind
 
     def _apply_ddl(self, window: Window) -> None:
         """Run the window's DDL exactly once (:mod:`applier.ddl_exec`: journal, fenced execution
@@ -464,7 +481,16 @@ def _unit_description(window: Window | None) -> tuple[str, tuple[tuple[str, str]
         return what, ((ddl.schema, ddl.table),)
     tables = tuple(sorted(window.tables))
     names = ", ".join(f"{s}.{t}" for s, t in tables[:5]) + (", ..." if len(tables) > 5 else "")
-    return f"rows of the window up to ts {window.target_ts} ({len(window.rows)} rows; {names})", tables
+    return f"rows of the window up to ts {window.target_ts} ({window.row_count} rows; {names})", tables
+
+
+def _add_counts(counts: dict[tuple[str, str, str], int], plan: WindowPlan) -> None:
+    """Add a plan's rows by (schema, table, op) to ``counts`` (zero counts left out)."""
+    for tid, by_op in plan.row_counts().items():
+        for op, n in by_op.items():
+            if n:
+                key = (tid[0], tid[1], op)
+                counts[key] = counts.get(key, 0) + n
 
 
 def _rollback_quietly(conn: pymysql.connections.Connection) -> None:

@@ -16,6 +16,10 @@ Rules (docs/open-protocol.md §5.5; the producer facts they rest on are §5.1-§
   on every partition, including rows of tables the DDL does not block, which the new architecture
   may deliver after the DDL itself. Rows below D are applied first, the DDL alone, then rows
   above it. Nothing here waits for a DDL to arrive on every partition: the watermark says more.
+- Rows of a commit ts the barrier cannot release yet are moved to disk once the cache is over its
+  bound (``spill_over``, ``applier.spill``): one upstream transaction can be larger than memory,
+  and the partitions still reading it are the ones holding the barrier back, so pausing them is
+  no way out. A window with such rows carries them as ``Window.streamed``.
 - Nothing is removed from memory until the daemon reports the window applied
   (``mark_applied``): ``next_window`` is a pure function of the current state, so a failed
   transaction can be retried with the same window.
@@ -32,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from applier.codec.events import DDLEvent, Event, RowEvent
 from applier.listener import KeylessVersions, PartitionListener
 from applier.progress import CheckpointState, DDLKey, SharedProgress, TableKey, ddl_key
+from applier.spill import GroupPart, SpillDir, StreamedRows
 from applier.window import Window
 
 
@@ -44,19 +49,27 @@ class Barrier:
 
     The global resolved ts needs every partition: one that has not delivered anything yet holds
     the barrier at the checkpoint's ts, unless it is known to be empty (``set_empty``). Partitions
-    added to the topic while the daemon runs join with ``add_partition``.
+    added to the topic while the daemon runs join with ``add_partition``. Without ``spill`` (a
+    spill directory) rows always stay in memory.
     """
 
-    def __init__(self, partitions: Iterable[int], state: CheckpointState | None = None) -> None:
+    def __init__(
+        self,
+        partitions: Iterable[int],
+        state: CheckpointState | None = None,
+        spill: SpillDir | None = None,
+    ) -> None:
         state = state or CheckpointState()
         parts = sorted(set(partitions))
         if not parts:
             raise ValueError("a barrier needs at least one partition")
         self._progress = SharedProgress(state)
         self._versions = KeylessVersions()
+        self._spill = spill
         self._empty: set[int] = set()
         self._listeners: dict[int, PartitionListener] = {
-            p: PartitionListener(p, self._progress, state.offsets.get(p), self._versions) for p in parts
+            p: PartitionListener(p, self._progress, state.offsets.get(p), self._versions, spill)
+            for p in parts
         }
 
     def add_partition(self, partition: int, start_offset: int | None = None) -> None:
@@ -65,7 +78,7 @@ class Barrier:
         if partition in self._listeners:
             raise ValueError(f"partition {partition} is already read")
         self._listeners[partition] = PartitionListener(
-            partition, self._progress, start_offset, self._versions
+            partition, self._progress, start_offset, self._versions, self._spill
         )
         self._listeners = dict(sorted(self._listeners.items()))
 
@@ -231,9 +244,18 @@ class Barrier:
         key = None if ddl is None else ddl_key(ddl)
         rows: list[RowEvent] = []
         tables: set[TableKey] = set()
+        streamed = None
         if ddl is None:
-            for lst in self._listeners.values():
-                lst.collect(base, target, rows, tables)
+            listeners = self._listeners.values()
+            if any(lst.has_spilled(base, target) for lst in listeners):
+                parts: list[GroupPart] = []
+                for lst in listeners:
+                    lst.collect_parts(base, target, parts, tables)
+                parts.sort(key=lambda part: part.commit_ts)  # stable: partition order within a ts
+                streamed = StreamedRows(tuple(parts))
+            else:
+                for lst in listeners:
+                    lst.collect(base, target, rows, tables)
         if ddl is not None and ddl.table:
             tables.add((ddl.schema, ddl.table))
         return Window(
@@ -246,6 +268,7 @@ class Barrier:
             resolved={p: lst.resolved for p, lst in self._listeners.items()},
             tables=frozenset(tables),
             base_ts=base,
+            streamed=streamed,
         )
 
     def mark_applied(self, window: Window) -> None:
@@ -269,7 +292,37 @@ class Barrier:
     # ------------------------------------------------------------------ back-pressure
 
     def total_cached_bytes(self) -> int:
+        """Cache bytes of the rows in memory (spilled rows not included)."""
         return sum(lst.cached_bytes for lst in self._listeners.values())
+
+    def total_spilled_bytes(self) -> int:
+        return sum(lst.spilled_bytes for lst in self._listeners.values())
+
+    def spill_over(self, max_cached_bytes: int, keep_fraction: float = 0.5) -> int:
+        """When the rows in memory are over ``max_cached_bytes``: move rows to disk, the biggest
+        commit ts first, until they are below ``keep_fraction`` of it. Returns the rows moved.
+
+        Only commit ts above the global resolved ts: no window holds their rows (the one being
+        applied and the one built ahead are at or below it), and they are the ones that can wait
+        longest. Rows at or below it are about to be applied and leave memory then. Without a
+        spill directory nothing moves.
+        """
+        if self._spill is None or self.total_cached_bytes() <= max_cached_bytes:
+            return 0
+        low = self.global_resolved()
+        candidates = [
+            (nbytes, ts, lst) for lst in self._listeners.values() for nbytes, ts in lst.spill_candidates(low)
+        ]
+        candidates.sort(key=lambda c: c[0], reverse=True)
+        moved = 0
+        goal = max_cached_bytes * keep_fraction
+        total = self.total_cached_bytes()
+        for nbytes, ts, lst in candidates:
+            if total <= goal:
+                break
+            moved += lst.spill_group(ts)
+            total -= nbytes
+        return moved
 
     def holding_back(self) -> int:
         """The partition with the smallest resolved ts (lowest id on ties): the one the barrier waits for."""
@@ -279,12 +332,17 @@ class Barrier:
         ).partition
 
     def total_cached_rows(self) -> int:
+        """Rows in memory (spilled rows not included)."""
         return sum(lst.cached_rows for lst in self._listeners.values())
 
     def _over(self, max_cached_bytes: int, max_cached_rows: int | None, fraction: float) -> bool:
-        if self.total_cached_bytes() > max_cached_bytes * fraction:
+        # Spilled rows count too: pausing is what keeps the partitions ahead from filling the
+        # disk instead of memory while the barrier waits.
+        held = self.total_cached_bytes() + self.total_spilled_bytes()
+        if held > max_cached_bytes * fraction:
             return True
-        return max_cached_rows is not None and self.total_cached_rows() > max_cached_rows * fraction
+        rows = sum(lst.held_rows for lst in self._listeners.values())
+        return max_cached_rows is not None and rows > max_cached_rows * fraction
 
     def partitions_to_pause(self, max_cached_bytes: int, max_cached_rows: int | None = None) -> set[int]:
         """When the cache is over ``max_cached_bytes`` (or ``max_cached_rows``): the partitions
@@ -313,7 +371,7 @@ class Barrier:
         for p, lst in self._listeners.items():
             if lst.resolved > low:
                 limit = max_rows // 2 if p in paused else max_rows
-                if lst.cached_rows - lst.count_upto(low) > limit:
+                if lst.held_rows - lst.count_upto(low) > limit:
                     out.add(p)
         return out
 

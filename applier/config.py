@@ -255,9 +255,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "max_cached_bytes",
-        "memory bound of the row cache; partitions ahead are paused beyond it",
+        "memory bound of the row cache (decoded rows, estimated); beyond it rows the barrier cannot "
+        "release yet go to spill_dir and partitions ahead of the barrier are paused",
         default=512 << 20,
         parse=_parse_size,
+    ),
+    Setting(
+        "spill_dir",
+        "directory for the rows of transactions larger than max_cached_bytes (a subdirectory per "
+        "changefeed, emptied at start); default: $STATE_DIRECTORY/spill under systemd, else "
+        "ticdc-applier-spill in the system temp directory",
     ),
     Setting(
         "standby_poll_seconds",

@@ -42,12 +42,13 @@ from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig, DownstreamConfigError
 from applier.downstream.watch import StatementWatch
 from applier.kafka.reader import KafkaReadError, PartitionReader
-from applier.listener import LargeMessageNotSupported, RowsBehindWatermark
+from applier.listener import LargeMessageNotSupported, RowsBehindWatermark, cache_bytes
 from applier.logs import configure, get_logger
 from applier.observer import Observer, Observers
 from applier.partition_watch import PartitionWatch
 from applier.progress import CheckpointState
 from applier.redact import redact_text
+from applier.spill import SpillDir, default_spill_root
 from checkpoint import CheckpointStore, FencedOut
 
 EXIT_OK = 0
@@ -110,6 +111,7 @@ class Daemon:
     QUERY``), and each further step waits (``KILL CONNECTION``, then leaving without it): three
     steps stay well within the 10 s a stop may take (systemd's ``TimeoutStopSec`` is 30 s)."""
     _inflight: PendingApply | None = None  # the window the apply thread works on
+    _last_spill_log = 0.0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
 
     def __init__(self, cfg: Config, observers: Sequence[Observer] = ()) -> None:
@@ -258,7 +260,10 @@ class Daemon:
             applied_ddls=frozenset(ckpt.applied_ddls),
             offsets={p: o for p, o in start.items() if isinstance(o, int)},
         )
-        self.barrier = Barrier(partitions, state)
+        # Spill files of an earlier run are never trusted: the topic is re-read from the
+        # checkpoint's offsets. Emptied only now that this instance holds the lock.
+        spill = SpillDir(cfg.spill_dir or default_spill_root(), cfg.group_id).open()
+        self.barrier = Barrier(partitions, state, spill)
         self.statements = StatementWatch(self.downstream)
         self.statements.start()
         self.applier = WindowApplier(
@@ -284,6 +289,7 @@ class Daemon:
             resume_offsets={str(p): o for p, o in start.items()},
             dialect=dialect.name,
             max_allowed_packet=dialect.max_allowed_packet,
+            spill_dir=str(spill.path),
         )
         self.observer.on_ready()
         return self._loop()
@@ -328,6 +334,7 @@ class Daemon:
         bad_partitions: set[int] = set()
         flagged: set[int] = set()  # bad or empty partitions: the only per-record check
         drain_deadline = 0.0
+        self._last_spill_log = 0.0
         self._inflight = self._prepared = None
         try:
             while not self._stop.is_set():
@@ -346,8 +353,10 @@ class Daemon:
                     if not records:
                         pending.wait(self.POLL_TIMEOUT)
                 for n, rec in enumerate(records, 1):
-                    if n % self.HANDOFF_RECORDS == 0 and self._inflight is not None and self._inflight.done():
-                        self._apply_ready()  # keep the database busy: hand it the next window now
+                    if n % self.HANDOFF_RECORDS == 0:
+                        self._spill_over()  # memory stays bounded within a batch too
+                        if self._inflight is not None and self._inflight.done():
+                            self._apply_ready()  # keep the database busy: hand it the next window now
                     if rec.partition in flagged:
                         if rec.partition in bad_partitions:
                             continue  # after a bad record: never applied (a restart stops at the same record)
@@ -369,7 +378,7 @@ class Daemon:
                         reader.pause([rec.partition])
                         continue
                     try:
-                        size = len(rec.value or b"") + len(rec.key or b"")
+                        size = cache_bytes(len(rec.value or b"") + len(rec.key or b""), events)
                         barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
                     except (LargeMessageNotSupported, RowsBehindWatermark) as exc:
                         bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
@@ -378,6 +387,7 @@ class Daemon:
                         reader.pause([rec.partition])
                 if watch.settle():
                     flagged = bad_partitions | watch.empty
+                self._spill_over()
                 applied = self._apply_ready()
                 self.observer.on_tick(barrier, reader, bool(records) or applied)
                 self._report_waits()
@@ -437,6 +447,22 @@ class Daemon:
                 self.applier.deliver_notifications()
         self.log.info("stopped", resolved_ts=barrier.applied_ts)
         return EXIT_OK
+
+    def _spill_over(self) -> None:
+        """Move rows the barrier cannot release yet to disk when memory is over its bound (a
+        transaction larger than ``max_cached_bytes``: see ``applier.spill``)."""
+        assert self.barrier is not None
+        moved = self.barrier.spill_over(self.cfg.max_cached_bytes)
+        if moved:
+            now = time.monotonic()
+            if now - self._last_spill_log > 10:
+                self.log.info(
+                    "row cache full: rows of transactions the barrier cannot release yet moved to disk",
+                    rows=moved,
+                    spilled_bytes=self.barrier.total_spilled_bytes(),
+                    global_resolved_ts=self.barrier.global_resolved(),
+                )
+                self._last_spill_log = now
 
     def _drained(self, deadline: float, bad: set[int]) -> bool:
         """After bad input: have the healthy partitions been read far enough (or long enough)?

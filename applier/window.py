@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from applier.codec.events import FLAG_HANDLE_KEY, DDLEvent, Row, RowEvent
 from applier.progress import DDLKey, TableKey, ddl_key
+from applier.spill import StreamedRows
 
 
 def _has_handle_key(image: Row | None) -> bool:
@@ -47,6 +48,8 @@ class Window:
     - ``tables``: tables touched by the rows or the DDL (for per-table checkpoints).
     - ``base_ts``: the applied ts the window builds on; ``mark_applied`` refuses a window whose
       base is no longer current.
+    - ``streamed``: set instead of ``rows`` when some of the window's rows were spilled to disk
+      (``applier.spill``): they are read back and applied in pieces, still in one transaction.
     """
 
     target_ts: int
@@ -56,15 +59,21 @@ class Window:
     resolved: dict[int, int]
     tables: frozenset[TableKey]
     base_ts: int
+    streamed: StreamedRows | None = None
 
     @property
     def ddl_key(self) -> DDLKey | None:
         return None if self.ddl is None else ddl_key(self.ddl)
 
     @property
+    def row_count(self) -> int:
+        """Rows of the window, in memory or spilled."""
+        return len(self.rows) + (self.streamed.count if self.streamed is not None else 0)
+
+    @property
     def is_empty(self) -> bool:
         """No rows and no DDL: the window only moves the applied ts (and the resume offsets)."""
-        return not self.rows and self.ddl is None
+        return not self.rows and self.ddl is None and self.streamed is None
 
     def has_keyless_rows(self) -> bool:
         return any(is_keyless(r) for r in self.rows)

@@ -20,6 +20,7 @@ from sqlgen.collapse import (
     WindowPlan,
     plan_table,
     plan_window,
+    split_phases,
 )
 from sqlgen.ddl import SCHEMA_DDL_TYPES, SKIP_DDL_TYPES, DDLPlan, plan_ddl, translate_ddl
 from sqlgen.dialect import MARIADB, MYSQL, TIDB, Dialect, dialect_by_name
@@ -69,6 +70,7 @@ __all__ = [
     "quote_ident_fmt",
     "quote_table",
     "quote_table_fmt",
+    "split_phases",
     "statement_too_large",
     "statements",
     "table_statements",

@@ -388,3 +388,39 @@ def _plan_keyless(events: list[RowEvent]) -> TablePlan:
             staged.append((ev.commit_ts, 1, KeylessOp("insert", names, types, vals)))
     staged.sort(key=_ts_prio)
     return TablePlan(schema="", table="", keyed=False, ops=[s[2] for s in staged])
+
+
+def split_phases(ev: RowEvent) -> tuple[RowEvent | None, RowEvent | None]:
+    """The part of ``ev`` that belongs to the *delete phase* of its commit ts, and the part that
+    belongs to its *upsert phase* (either may be None).
+
+    Why: a transaction too large to plan at once is applied in pieces (``applier.spill``), all
+    deletes of its commit ts first, then all upserts, which is the order :func:`plan_window`
+    gives the ops of one commit ts ("deletes before upserts at equal ts"). A DELETE is a delete,
+    an INSERT an upsert; an UPDATE is an upsert of its new image, preceded by a delete of its old
+    image when that one names another row: always for keyless tables (delete old row, insert new
+    one), and for keyed tables when the handle key changed. The parts are plain events
+    (``RowKind.DELETE`` with the old image, ``RowKind.INSERT`` with the new one), so planning them
+    in that order yields exactly the ops planning ``ev`` would: for a keyed update with a new
+    key, the delete carries the old image completed with the new image's columns it lacks
+    (``only-output-updated-columns``), which is how :class:`_KeyReader` reads the old key.
+    """
+    kind = ev.kind
+    if kind is _DELETE:
+        return ev, None
+    old, new = ev.old, ev.new
+    if kind is not _UPDATE or old is None or new is None:
+        return None, ev  # an insert, an update without old image (an upsert), or a PlanError later
+    keys = _KeyReader()
+    new_key = keys.key(new)
+    if new_key[0]:
+        if keys.old_key(old, new, new_key) == new_key:
+            return None, ev  # same row: the upsert alone
+        old = {**new, **old}
+    elif _any_handle_key([ev]):
+        return None, ev  # only the old image carries the key: planned as one event, like plan_table
+    ts, schema, table, ptn, pos, rid = ev.commit_ts, ev.schema, ev.table, ev.partition_id, ev.pos, ev.row_id
+    return (
+        RowEvent(ts, schema, table, _DELETE, None, old, ptn, pos, rid),
+        RowEvent(ts, schema, table, RowKind.INSERT, new, None, ptn, pos, rid),
+    )
