@@ -63,6 +63,7 @@ from applier.simulator.tables import (
     FLAG_HANDLE_KEY,
     TableSpec,
     add_column_sql,
+    bulk_table,
     late_table,
     quote_ident,
 )
@@ -101,6 +102,7 @@ class StreamConfig:
     late_first_copies: bool = False  # failed produces: spans restart, first copies arrive late
     ddl_lag: bool = False  # the ALTER is written late: other tables' newer rows precede it
     partition_growth: bool = False  # half the partitions used at first, then all (keys re-hashed)
+    huge_transaction: int = 0  # rows of the two bulk transactions (a third and two thirds in), 0: none
 
     def validate(self) -> None:
         """Raise ValueError for settings no TiCDC changefeed could have."""
@@ -834,6 +836,8 @@ def simulate(cfg: StreamConfig) -> Simulation:
         emitter.resolved(ts)
 
     write_ddl(ddl("", f"CREATE DATABASE {quote_ident(cfg.schema)}", DDL_CREATE_SCHEMA), set())
+    if cfg.huge_transaction:
+        upstream.add_table(bulk_table())
     for spec in upstream.specs.values():
         ev = ddl(spec.name, spec.create_table_sql(), DDL_CREATE_TABLE)
         steps.append(_Step(ev.commit_ts, "create", spec.name, spec))
@@ -847,6 +851,7 @@ def simulate(cfg: StreamConfig) -> Simulation:
         alter_at += 1
     planned_replays = {n // 3: "one", (2 * n) // 3: "all"} if cfg.replays and n >= 6 else {}
     grow_at = n // 3 if cfg.partition_growth else -1
+    huge_at = {n // 3 + 1, (2 * n) // 3 + 1} if cfg.huge_transaction else set()
     for i in range(n):
         if i == grow_at:
             # The producer's periodic metadata refresh sees the larger partition count: from now
@@ -874,7 +879,10 @@ def simulate(cfg: StreamConfig) -> Simulation:
                 lagging.append((alter, {added.table}))
             else:
                 write_ddl(alter, {added.table})
-        changes = upstream.random_transaction()
+        if i in huge_at:
+            changes = upstream.bulk_transaction(cfg.huge_transaction)
+        else:
+            changes = upstream.random_transaction()
         if changes:
             ts = clock.next()
             commit_ts.append(ts)

@@ -462,6 +462,26 @@ def late_table() -> TableSpec:
     return TableSpec(LATE_TABLE, cols, (IndexSpec("PRIMARY", ("id",), primary=True),))
 
 
+BULK_TABLE = "bulk"
+
+
+def bulk_table() -> TableSpec:
+    """The table of the huge transactions (``StreamConfig.huge_transaction``): a primary key, a
+    NOT NULL unique key (changing it splits an update) and a nullable one (a plain update)."""
+    cols = (
+        int_column("id", "INT", nullable=False, int_range=(1, 2**31 - 1)),
+        int_column("u", "INT", nullable=False, int_range=(1, 2**31 - 1)),
+        int_column("w", "INT", int_range=(1, 2**31 - 1)),
+        ColumnSpec("label", "VARCHAR(32)", TYPE_VARCHAR, Kind.TEXT, max_len=32),
+    )
+    indexes = (
+        IndexSpec("PRIMARY", ("id",), primary=True),
+        IndexSpec("uk_u", ("u",), unique=True),
+        IndexSpec("uk_w", ("w",), unique=True),
+    )
+    return TableSpec(BULK_TABLE, cols, indexes)
+
+
 def workload_tables(include_keyless: bool = True, partitioned: bool = False) -> list[TableSpec]:
     """The simulated tables at their initial version, in creation order.
 

@@ -30,6 +30,7 @@ from typing import Any
 from applier.simulator.tables import (
     ADDED_COLUMN,
     ADDED_COLUMN_TABLE,
+    BULK_TABLE,
     LATE_TABLE,
     PARTITIONED_TABLE,
     ColumnSpec,
@@ -145,6 +146,53 @@ class Upstream:
         ops, weights = zip(*weighted, strict=True)
         for op in self.rng.choices(ops, weights, k=self.rng.randint(1, 6)):
             op()
+        return self.commit()
+
+    def bulk_transaction(self, rows: int) -> list[RowChange]:
+        """One transaction of about ``rows`` row changes on ``bulk`` (TiCDC sends such a
+        transaction whole when ``transaction-atomicity`` keeps it together), plus a few statements
+        of the usual mix on the other tables.
+
+        The first fills the table. Later ones go over its rows in pairs: delete one and update
+        the other, move a row to a fresh primary key, give a row the primary key of a row deleted
+        in the same transaction (a DELETE and an INSERT of one key at one ts), swap the NOT NULL
+        unique values (split updates) or the nullable ones (plain updates), or change a label.
+        """
+        self._work = {}
+        spec = self.specs[BULK_TABLE]
+        table = self._table(BULK_TABLE)
+        label = spec.column("label")
+        if not table:
+            for i in range(1, rows + 1):
+                table[(i,)] = {"id": i, "u": i, "w": i, "label": self.values.value(label)}
+        else:
+            keys = sorted(table)[: rows // 2 * 2]
+            fresh = max(k[0] for k in table) + 1
+            for j in range(0, len(keys) - 1, 2):
+                a, b = keys[j], keys[j + 1]
+                ra, rb = table[a], table[b]
+                step = (j // 2) % 6
+                if step == 0:
+                    del table[a]
+                    table[b] = dict(rb, label=self.values.value(label))
+                elif step == 1:
+                    del table[a]
+                    table[(fresh,)] = dict(ra, id=fresh)
+                    fresh += 1
+                elif step == 2:
+                    del table[a]
+                    table[b] = dict(ra, id=rb["id"])  # b's key now holds a's values (u too)
+                elif step == 3:
+                    table[a], table[b] = dict(ra, u=rb["u"]), dict(rb, u=ra["u"])
+                elif step == 4:
+                    table[a], table[b] = dict(ra, w=rb["w"]), dict(rb, w=ra["w"])
+                else:
+                    table[a] = dict(ra, label=self.values.value(label))
+        for op in (self._op_composite_swap_u, self._op_composite_pk_change, self._op_uniq_swap_u):
+            op()
+        if "keyless" in self.specs:
+            self._op_keyless_insert()
+            self._op_keyless_delete()
         return self.commit()
 
     def commit(self) -> list[RowChange]:

@@ -41,7 +41,9 @@ def keyless(a: Any, b: Any = None) -> dict:
     return {"a": {"t": 3, "f": 0, "v": a}, "b": {"t": 15, "f": 0, "v": b}}
 
 
-def ev(kind: RowKind, ts: int, new: dict | None = None, old: dict | None = None, table: str = "t") -> RowEvent:
+def ev(
+    kind: RowKind, ts: int, new: dict | None = None, old: dict | None = None, table: str = "t"
+) -> RowEvent:
     return RowEvent(ts, "s", table, kind, new, old, None, Position("topic", 0, next(_offsets), 0))
 
 
