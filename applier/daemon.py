@@ -112,6 +112,7 @@ class Daemon:
     steps stay well within the 10 s a stop may take (systemd's ``TimeoutStopSec`` is 30 s)."""
     _inflight: PendingApply | None = None  # the window the apply thread works on
     _last_spill_log = 0.0
+    _spilled_total = 0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
 
     def __init__(self, cfg: Config, observers: Sequence[Observer] = ()) -> None:
@@ -454,11 +455,13 @@ class Daemon:
         assert self.barrier is not None
         moved = self.barrier.spill_over(self.cfg.max_cached_bytes)
         if moved:
+            self._spilled_total += moved
             now = time.monotonic()
             if now - self._last_spill_log > 10:
                 self.log.info(
                     "row cache full: rows of transactions the barrier cannot release yet moved to disk",
                     rows=moved,
+                    rows_since_start=self._spilled_total,
                     spilled_bytes=self.barrier.total_spilled_bytes(),
                     global_resolved_ts=self.barrier.global_resolved(),
                 )

@@ -36,314 +36,31 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shlex
-import struct
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import uuid
-import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from urllib.parse import urlparse
+from datetime import datetime
 
 import orjson
 import pymysql
+from _common import (
+    ROOT,
+    TABLE,
+    Generator,
+    checksum_expected,
+    checksum_sql,
+    db_params,
+    last_checkpoint_epoch,
+    mariadb_pid,
+    process_cpu,
+    produce,
+    run_daemon,
+    settle_database,
+    table_ddl,
+)
 
 from applier.kafka.embedded_broker import EmbeddedBroker, create_topic, start_broker
-
-ROOT = Path(__file__).resolve().parent.parent
-TABLE = "sbtest1"
-BATCH_EVENTS = 16  # TiCDC's default max-batch-size
-_U64 = struct.Struct(">Q")
-_VERSION = _U64.pack(1)
-
-# TiCDC flags: ints carry the binary-charset flag; id is handle + primary key; k is in an index.
-_F_ID = 0x01 | 0x02 | 0x08
-_F_K = 0x01 | 0x20
-_TYPE_INT, _TYPE_CHAR = 3, 254
-
-
-def table_ddl(schema: str, table: str = TABLE) -> str:
-    return (
-        f"CREATE TABLE `{schema}`.`{table}` (`id` INT NOT NULL, `k` INT NOT NULL DEFAULT 0, "
-        "`c` CHAR(120) NOT NULL DEFAULT '', `pad` CHAR(60) NOT NULL DEFAULT '', "
-        "PRIMARY KEY (`id`), KEY `k_1` (`k`))"
-    )
-
-
-# -- the stream -------------------------------------------------------------------------------
-
-
-def _digits(rng: random.Random, groups: int) -> str:
-    """sysbench's c/pad filler: groups of 11 digits joined by '-' (119 / 59 characters)."""
-    return "-".join(f"{rng.randrange(10**11):011d}" for _ in range(groups))
-
-
-@dataclass
-class Stream:
-    """What the generator produced: counts, and the table state after the last transaction."""
-
-    events: int = 0
-    inserts: int = 0
-    updates: int = 0
-    deletes: int = 0
-    transactions: int = 0
-    records: int = 0
-    resolved_broadcasts: int = 0
-    value_bytes: int = 0
-    final: dict[int, tuple[int, str, str]] = field(default_factory=dict)
-
-
-class Generator:
-    """Builds the Open Protocol records of the benchmark stream, partition by partition.
-
-    Row events of one partition are batched 16 per record in commit-ts order; before each resolved
-    broadcast every partition's partial batch is flushed, so a resolved R follows every row <= R.
-    """
-
-    def __init__(self, schema: str, partitions: int, seed: int, resolved_every: int) -> None:
-        self.schema = schema
-        self.partitions = partitions
-        self.rng = random.Random(seed)
-        self.resolved_every = resolved_every
-        rng = random.Random(seed + 1)
-        self.c_pool = [_digits(rng, 10) for _ in range(4096)]
-        self.pad_pool = [_digits(rng, 5) for _ in range(4096)]
-        self.key_prefix = b'{"ts":'
-        self.key_suffix = f',"scm":"{schema}","tbl":"{TABLE}","t":1}}'.encode()
-        self.pending: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
-        self.stream = Stream()
-
-    # Column order is by name (TiCDC marshals a Go map): c, id, k, pad.
-    @staticmethod
-    def _image(row_id: int, k: int, c: str, pad: str) -> str:
-        return (
-            f'{{"c":{{"t":{_TYPE_CHAR},"f":0,"v":"{c}"}},'
-            f'"id":{{"t":{_TYPE_INT},"h":true,"f":{_F_ID},"v":{row_id}}},'
-            f'"k":{{"t":{_TYPE_INT},"f":{_F_K},"v":{k}}},'
-            f'"pad":{{"t":{_TYPE_CHAR},"f":0,"v":"{pad}"}}}}'
-        )
-
-    def partition_of(self, row_id: int) -> int:
-        return ((row_id * 2654435761) & 0xFFFFFFFF) % self.partitions  # index-value dispatcher
-
-    def _frame(self, pairs: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
-        kparts = [_VERSION]
-        vparts = []
-        pack = _U64.pack
-        for k, v in pairs:
-            kparts.append(pack(len(k)))
-            kparts.append(k)
-            vparts.append(pack(len(v)))
-            vparts.append(v)
-        return b"".join(kparts), b"".join(vparts)
-
-    def _ddl(self, ts: int, table: str, ddl_type: int, query: str) -> Iterator[tuple[int, bytes, bytes]]:
-        key = f'{{"ts":{ts},"scm":"{self.schema}","tbl":"{table}","t":2}}'.encode()
-        value = orjson.dumps({"q": query, "t": ddl_type})
-        k, v = self._frame([(key, value)])
-        for p in range(self.partitions):
-            yield p, k, v
-
-    def _resolved(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
-        for p in range(self.partitions):
-            yield from self._flush(p)
-        key, value = self._frame([(f'{{"ts":{ts},"t":3}}'.encode(), b"")])
-        self.stream.resolved_broadcasts += 1
-        for p in range(self.partitions):
-            yield p, key, value
-
-    def _flush(self, p: int) -> Iterator[tuple[int, bytes, bytes]]:
-        batch = self.pending[p]
-        if batch:
-            self.pending[p] = []
-            k, v = self._frame(batch)
-            self.stream.records += 1
-            self.stream.value_bytes += len(v)
-            yield p, k, v
-
-    def records(self, events: int) -> Iterator[tuple[int, bytes, bytes]]:
-        """(partition, key, value) of every record, in production order."""
-        rng = self.rng
-        st = self.stream
-        final = st.final
-        live: list[int] = []
-        where: dict[int, int] = {}
-        c_pool, pad_pool = self.c_pool, self.pad_pool
-        npool = len(c_pool)
-        image = self._image
-        part = self.partition_of
-        pending = self.pending
-        kpre, ksuf = self.key_prefix, self.key_suffix
-        physical = int(time.time() * 1000) - 3_600_000  # an hour ago: lag figures stay sensible
-        ts = physical << 18
-        yield from self._ddl(ts, "", 1, f"CREATE DATABASE `{self.schema}`")
-        ts += 1 << 18
-        yield from self._ddl(ts, TABLE, 3, table_ddl(self.schema))
-        next_id = 1
-        done = 0
-        txns = 0
-        while done < events:
-            ts += 1 << 18
-            key = kpre + str(ts).encode() + ksuf
-            touched: set[int] = set()
-            size = min(rng.randint(1, 7), events - done)
-            for _ in range(size):
-                r = rng.random()
-                if r >= 0.7 and len(live) > len(touched) + 16:
-                    while True:
-                        row_id = live[rng.randrange(len(live))]
-                        if row_id not in touched:
-                            break
-                    old = final[row_id]
-                    old_img = image(row_id, old[0], old[1], old[2])
-                    if r < 0.9:
-                        row = (rng.randrange(1 << 31), c_pool[rng.randrange(npool)], old[2])
-                        final[row_id] = row
-                        value = f'{{"u":{image(row_id, *row)},"p":{old_img}}}'
-                        st.updates += 1
-                    else:
-                        del final[row_id]
-                        i = where.pop(row_id)
-                        last = live.pop()
-                        if last != row_id:
-                            live[i] = last
-                            where[last] = i
-                        value = f'{{"d":{old_img}}}'
-                        st.deletes += 1
-                else:
-                    row_id = next_id
-                    next_id += 1
-                    row = (
-                        rng.randrange(1 << 31),
-                        c_pool[rng.randrange(npool)],
-                        pad_pool[rng.randrange(npool)],
-                    )
-                    final[row_id] = row
-                    where[row_id] = len(live)
-                    live.append(row_id)
-                    value = f'{{"u":{image(row_id, *row)}}}'
-                    st.inserts += 1
-                touched.add(row_id)
-                p = part(row_id)
-                batch = pending[p]
-                batch.append((key, value.encode()))
-                if len(batch) == BATCH_EVENTS:
-                    yield from self._flush(p)
-            done += size
-            txns += 1
-            if txns % self.resolved_every == 0:
-                yield from self._resolved(ts)
-        st.events = done
-        st.transactions = txns
-        yield from self._resolved(ts + (1 << 18))
-
-
-def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> int:
-    """Produce every record of the stream; returns how many. Fails loudly on any delivery error."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 20,
-            "batch.size": 1 << 20,
-            "queue.buffering.max.kbytes": 262144,
-            "compression.type": "none",
-        }
-    )
-    errors: list[str] = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    sent = 0
-    for p, key, value in gen.records(events):
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=p, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        sent += 1
-        if sent % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    if left or errors:
-        raise SystemExit(f"producing failed: {left} records unacknowledged, errors: {errors[:3]}")
-    return sent
-
-
-# -- the database ------------------------------------------------------------------------------
-
-
-def db_params(url: str) -> dict:
-    u = urlparse(url)
-    return {
-        "host": u.hostname or "127.0.0.1",
-        "port": u.port or 3306,
-        "user": u.username or "root",
-        "password": u.password or "",
-        "charset": "utf8mb4",
-        "autocommit": True,
-    }
-
-
-def checksum_sql(conn: pymysql.connections.Connection, schema: str) -> tuple[int, int]:
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS('#', `id`, `k`, `c`, `pad`))), 0) "
-            f"FROM `{schema}`.`{TABLE}`"
-        )
-        n, s = cur.fetchone()
-    return int(n), int(s)
-
-
-def checksum_expected(final: dict[int, tuple[int, str, str]]) -> tuple[int, int]:
-    crc = zlib.crc32
-    total = 0
-    for row_id, (k, c, pad) in final.items():
-        total += crc(f"{row_id}#{k}#{c}#{pad}".encode())
-    return len(final), total
-
-
-def settle_database(conn: pymysql.connections.Connection, timeout: float = 60.0) -> float:
-    """Wait until InnoDB has written back most of its dirty pages (or ``timeout``); returns the
-    seconds waited.
-
-    Run before each phase so that neither pays for the other's background writes (the raw
-    phase leaves ~100 MB of dirty pages that InnoDB would otherwise flush during the daemon's
-    run). Stops below 2% of the pool, or once the count has not dropped for three seconds (InnoDB
-    may keep a few pages dirty indefinitely, and other sessions may be writing).
-    """
-    start = time.monotonic()
-    best, best_at = None, start
-    with conn.cursor() as cur:
-        while time.monotonic() - start < timeout:
-            cur.execute(
-                "SHOW GLOBAL STATUS WHERE Variable_name IN "
-                "('Innodb_buffer_pool_pages_dirty', 'Innodb_buffer_pool_pages_total')"
-            )
-            status = {name: int(value) for name, value in cur.fetchall()}
-            dirty = status.get("Innodb_buffer_pool_pages_dirty", 0)
-            if dirty <= 0.02 * status.get("Innodb_buffer_pool_pages_total", 0):
-                break
-            now = time.monotonic()
-            if best is None or dirty < best:
-                best, best_at = dirty, now
-            elif now - best_at > 3.0:
-                break
-            time.sleep(0.25)
-    return time.monotonic() - start
 
 
 def raw_insert(params: dict, schema: str, final: dict, batch: int, commit_every: int) -> float:
@@ -374,77 +91,6 @@ def raw_insert(params: dict, schema: str, final: dict, batch: int, commit_every:
         conn.close()
 
 
-# -- the daemon --------------------------------------------------------------------------------
-
-
-@dataclass
-class DaemonRun:
-    returncode: int
-    wall_s: float
-    maxrss_kib: int
-    vmhwm_kib: int
-    started_at: float  # epoch seconds, just before the process was spawned
-    log_path: str
-    rss_timeline: list[tuple[float, int]]  # (seconds since start, VmRSS KiB) every 0.2 s
-    cpu_s: float  # the daemon's user + system CPU time
-
-
-def _poll_vmhwm(pid: int, stop: threading.Event, out: list[int], timeline: list[tuple[float, int]]) -> None:
-    path = f"/proc/{pid}/status"
-    t0 = time.perf_counter()
-    while not stop.wait(0.2):
-        try:
-            with open(path) as fh:
-                for line in fh:
-                    if line.startswith("VmHWM:"):
-                        out[0] = max(out[0], int(line.split()[1]))
-                    elif line.startswith("VmRSS:"):
-                        timeline.append((time.perf_counter() - t0, int(line.split()[1])))
-        except OSError:
-            return
-
-
-def process_cpu(pid: int | None) -> float:
-    """User + system CPU seconds of a process so far (0 when unknown)."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def mariadb_pid() -> int | None:
-    """The local database server's pid, to report its CPU time (None when not found)."""
-    for name in ("mariadbd", "mysqld"):
-        out = subprocess.run(["pidof", name], capture_output=True, text=True).stdout.split()
-        if out:
-            return int(out[0])
-    return None
-
-
-def run_daemon(args: list[str], env: dict[str, str]) -> DaemonRun:
-    fd, log_path = tempfile.mkstemp(prefix="bench-applier-", suffix=".log")
-    started_at = time.time()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=fd, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    os.close(fd)
-    hwm = [0]
-    timeline: list[tuple[float, int]] = []
-    stop = threading.Event()
-    poller = threading.Thread(target=_poll_vmhwm, args=(proc.pid, stop, hwm, timeline), daemon=True)
-    poller.start()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    stop.set()
-    poller.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    cpu = usage.ru_utime + usage.ru_stime
-    return DaemonRun(proc.returncode, wall, usage.ru_maxrss, hwm[0], started_at, log_path, timeline, cpu)
-
-
 def log_milestones(log_path: str, started_at: float) -> dict[str, float]:
     """Seconds from process start to the daemon's "started" line and to its first row window
     (from its JSON log), to show how much of the run is start-up."""
@@ -464,17 +110,6 @@ def log_milestones(log_path: str, started_at: float) -> dict[str, float]:
             elif event == "window applied" and "first window" not in out:
                 out["first window"] = when - started_at - float(entry.get("seconds", 0))
     return out
-
-
-def last_checkpoint_epoch(conn: pymysql.connections.Connection, ckpt_schema: str, group: str) -> float | None:
-    with conn.cursor() as cur:
-        cur.execute(
-            f"SELECT `updated_at` FROM `{ckpt_schema}`.`changefeed` WHERE `changefeed` = %s", (group,)
-        )
-        row = cur.fetchone()
-    if row is None or row[0] is None:
-        return None
-    return row[0].replace(tzinfo=UTC).timestamp()  # UTC_TIMESTAMP(6)
 
 
 # -- main ----------------------------------------------------------------------------------------
