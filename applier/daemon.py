@@ -453,7 +453,13 @@ class Daemon:
         """Move rows the barrier cannot release yet to disk when memory is over its bound (a
         transaction larger than ``max_cached_bytes``: see ``applier.spill``)."""
         assert self.barrier is not None
-        moved = self.barrier.spill_over(self.cfg.max_cached_bytes)
+        try:
+            moved = self.barrier.spill_over(self.cfg.max_cached_bytes)
+        except OSError as exc:  # a full or read-only disk: nothing of it was applied
+            raise Fatal(
+                f"cannot spill rows to {exc.filename or 'the spill directory'}: {exc.strerror or exc}; "
+                'free disk space there or set spill_dir (docs/operations.md, "Disk for huge transactions")'
+            ) from None
         if moved:
             self._spilled_total += moved
             now = time.monotonic()

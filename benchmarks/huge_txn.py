@@ -143,7 +143,9 @@ def spilled_rows(log_path: str) -> int:
     return total
 
 
-def one_run(args, broker, admin, params: dict, mode: str) -> dict:
+def one_run(args, broker, params: dict, mode: str) -> dict:
+    """Produce one stream, run the daemon on it, check the table. Fresh database sessions for each
+    step: a run takes minutes, and other sessions on a shared server may come and go."""
     tag = uuid.uuid4().hex[:8]
     schema, ckpt, topic, group = f"bench_huge_{tag}", f"bench_ckpt_{tag}", f"bench-huge-{tag}", f"bench_{tag}"
     split = None if mode == "huge" else args.split
@@ -153,7 +155,8 @@ def one_run(args, broker, admin, params: dict, mode: str) -> dict:
     produce(broker.bootstrap, topic, gen, args.rows)
     st = gen.stream
     produced = time.perf_counter() - t0
-    settle_database(admin)
+    with pymysql.connect(**params) as admin:
+        settle_database(admin)
     spill = tempfile.mkdtemp(prefix="bench-spill-")
     env = dict(os.environ)
     env.pop("APPLIER_CONFIG", None)
@@ -167,9 +170,10 @@ def one_run(args, broker, admin, params: dict, mode: str) -> dict:
     ]  # fmt: skip
     try:
         run = run_daemon(cmd, env)
-        last = last_checkpoint_epoch(admin, ckpt, group) if run.returncode == 0 else None
+        with pymysql.connect(**params) as admin:
+            last = last_checkpoint_epoch(admin, ckpt, group) if run.returncode == 0 else None
+            got = checksum_sql(admin, schema) if run.returncode == 0 else None
         seconds = (last - run.started_at) if last is not None else run.wall_s
-        got = checksum_sql(admin, schema) if run.returncode == 0 else None
         expected = checksum_expected(st.final)
         return {
             "mode": mode,
@@ -189,7 +193,7 @@ def one_run(args, broker, admin, params: dict, mode: str) -> dict:
     finally:
         shutil.rmtree(spill, ignore_errors=True)
         if not args.keep:
-            with admin.cursor() as cur:
+            with pymysql.connect(**params) as admin, admin.cursor() as cur:
                 for s in (schema, ckpt):
                     cur.execute(f"DROP DATABASE IF EXISTS `{s}`")
 
@@ -216,12 +220,11 @@ def main() -> int:
     )
     broker = start_broker()
     params = db_params(args.downstream)
-    admin = pymysql.connect(**params)
     results: dict[str, list[dict]] = {"huge": [], "baseline": []}
     try:
         for _ in range(args.runs):
             for mode in ("huge", "baseline"):
-                r = one_run(args, broker, admin, params, mode)
+                r = one_run(args, broker, params, mode)
                 results[mode].append(r)
                 print(
                     f"{mode:9}: exit {r['exit']}, {r['events']:,} row events in {r['transactions']:,} "
@@ -230,7 +233,6 @@ def main() -> int:
                     f"spilled; {r['check']} -> {'OK' if r['ok'] else 'MISMATCH'} (log {r['log']})"
                 )
     finally:
-        admin.close()
         broker.stop()
 
     def median(mode: str, key: str) -> float:
