@@ -55,6 +55,9 @@ class FakeBarrier:
     def total_cached_bytes(self) -> int:
         return 0
 
+    def spill_over(self, *_args: Any) -> int:
+        return 0
+
     def partitions_far_ahead(self, *_args: Any) -> set[int]:
         return set()
 
