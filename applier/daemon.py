@@ -133,6 +133,7 @@ class Daemon:
         self.watch: PartitionWatch | None = None
         self.statements: StatementWatch | None = None
         self._waits_seen = 0  # StatementWatch.version last passed to the observers
+        self.spill: SpillDir | None = None
 
     # -- signals -------------------------------------------------------------------------------
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
@@ -186,6 +187,8 @@ class Daemon:
             self.statements.close()
         if self.applier is not None:
             self.applier.close()
+        if self.spill is not None:
+            self.spill.remove()  # the window in flight is finished: nothing reads the files any more
         if self.lock is not None:
             self.lock.release()
 
@@ -263,7 +266,7 @@ class Daemon:
         )
         # Spill files of an earlier run are never trusted: the topic is re-read from the
         # checkpoint's offsets. Emptied only now that this instance holds the lock.
-        spill = SpillDir(cfg.spill_dir or default_spill_root(), cfg.group_id).open()
+        spill = self.spill = SpillDir(cfg.spill_dir or default_spill_root(), cfg.group_id).open()
         self.barrier = Barrier(partitions, state, spill)
         self.statements = StatementWatch(self.downstream)
         self.statements.start()

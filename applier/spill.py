@@ -200,6 +200,10 @@ class SpillDir:
         self.path.mkdir(mode=0o700, parents=True)
         return self
 
+    def remove(self) -> None:
+        """Remove the directory and whatever is in it (at exit; a crash leaves it to the next start)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
     def files(self, partition: int, commit_ts: int) -> SpillFiles:
         stem = f"p{partition}-{commit_ts}"
         return SpillFiles(self.path / f"{stem}-d.spill", self.path / f"{stem}-u.spill")

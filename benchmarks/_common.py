@@ -7,6 +7,7 @@ import os
 import random
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -358,6 +359,23 @@ def mariadb_pid() -> int | None:
         if out:
             return int(out[0])
     return None
+
+
+def daemon_command(
+    bootstrap: str, topic: str, group: str, downstream: str, ckpt_schema: str, *more: str
+) -> tuple[list[str], dict[str, str]]:
+    """The ``applier run`` command line of a one-shot benchmark run (JSON log, exits once caught
+    up) and its environment (this checkout's code, no configuration file)."""
+    env = dict(os.environ)
+    env.pop("APPLIER_CONFIG", None)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [
+        sys.executable, "-m", "applier", "run",
+        "--kafka-bootstrap", bootstrap, "--topic", topic, "--group-id", group,
+        "--downstream", downstream, "--checkpoint-schema", ckpt_schema,
+        "--exit-when-caught-up", "--log-format", "json", *more,
+    ]  # fmt: skip
+    return cmd, env
 
 
 def run_daemon(args: list[str], env: dict[str, str]) -> DaemonRun:

@@ -45,11 +45,11 @@ from datetime import datetime
 import orjson
 import pymysql
 from _common import (
-    ROOT,
     TABLE,
     Generator,
     checksum_expected,
     checksum_sql,
+    daemon_command,
     db_params,
     last_checkpoint_epoch,
     mariadb_pid,
@@ -177,16 +177,10 @@ def main() -> int:
 
         waited = settle_database(admin)
         print(f"settle     : waited {waited:.1f} s for the database to write back dirty pages")
-        env = dict(os.environ)
-        env.pop("APPLIER_CONFIG", None)
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [
-            *shlex.split(args.wrap),
-            sys.executable, "-m", "applier", "run",
-            "--kafka-bootstrap", broker.bootstrap, "--topic", topic, "--group-id", group,
-            "--downstream", args.downstream, "--checkpoint-schema", ckpt_schema,
-            "--exit-when-caught-up", "--log-format", "json", *args.daemon_args,
-        ]  # fmt: skip
+        cmd, env = daemon_command(
+            broker.bootstrap, topic, group, args.downstream, ckpt_schema, *args.daemon_args
+        )
+        cmd = [*shlex.split(args.wrap), *cmd]
         db_pid = mariadb_pid()
         cpu_before = (process_cpu(broker.process.pid), process_cpu(db_pid))
         run = run_daemon(cmd, env)

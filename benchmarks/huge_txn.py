@@ -41,11 +41,11 @@ from collections.abc import Iterator
 import orjson
 import pymysql
 from _common import (
-    ROOT,
     TABLE,
     Generator,
     checksum_expected,
     checksum_sql,
+    daemon_command,
     db_params,
     last_checkpoint_epoch,
     produce,
@@ -158,16 +158,10 @@ def one_run(args, broker, params: dict, mode: str) -> dict:
     with pymysql.connect(**params) as admin:
         settle_database(admin)
     spill = tempfile.mkdtemp(prefix="bench-spill-")
-    env = dict(os.environ)
-    env.pop("APPLIER_CONFIG", None)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [
-        sys.executable, "-m", "applier", "run",
-        "--kafka-bootstrap", broker.bootstrap, "--topic", topic, "--group-id", group,
-        "--downstream", args.downstream, "--checkpoint-schema", ckpt,
-        "--max-cached-bytes", args.max_cached_bytes, "--spill-dir", spill,
-        "--exit-when-caught-up", "--log-format", "json", "--http-listen", "off",
-    ]  # fmt: skip
+    cmd, env = daemon_command(
+        broker.bootstrap, topic, group, args.downstream, ckpt,
+        "--max-cached-bytes", args.max_cached_bytes, "--spill-dir", spill, "--http-listen", "off",
+    )  # fmt: skip
     try:
         run = run_daemon(cmd, env)
         with pymysql.connect(**params) as admin:
