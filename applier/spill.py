@@ -14,9 +14,11 @@ Files: ``<spill dir>/<changefeed>/p<partition>-<commit ts>-{d,u}.spill``, one pa
 and commit ts, appended to while the transaction arrives, removed once its window is applied,
 and all of them at start-up: they are never trusted after a restart, the topic is re-read from
 the checkpoint's offsets (which a spill never moves). Each file is a sequence of ``marshal``
-batches of compact row tuples (for sysbench-shaped rows 0.8x the record bytes; writing and
-reading back cost about 7 + 14 us a row, against 8 us to decode the record again; marshal
-builds no objects but plain values, so a file can never make the process run code).
+batches of compact row tuples (for sysbench-shaped rows 0.8x the record bytes; with the
+daemon's GC settings writing costs about 5 us a row and reading back 20 us, most of it building
+the row objects again; pickle was no faster and is less compact, and re-reading the records would
+mean decoding and filtering them again). marshal builds nothing but plain values, so a file can
+never make the process run code.
 
 Why two files: the pieces of one commit ts must be applied in the order :func:`sqlgen.plan_window`
 gives its ops, every delete before every upsert ("deletes before inserts at equal ts"): a
