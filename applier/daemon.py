@@ -111,6 +111,8 @@ class Daemon:
     QUERY``), and each further step waits (``KILL CONNECTION``, then leaving without it): three
     steps stay well within the 10 s a stop may take (systemd's ``TimeoutStopSec`` is 30 s)."""
     _inflight: PendingApply | None = None  # the window the apply thread works on
+    statements: StatementWatch | None = None  # lock waits of our statements (set once active)
+    _waits_seen = 0  # StatementWatch.version last passed to the observers
     _last_spill_log = 0.0
     _spilled_total = 0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
@@ -131,8 +133,6 @@ class Daemon:
         self.applier: WindowApplier | None = None
         self.barrier: Barrier | None = None
         self.watch: PartitionWatch | None = None
-        self.statements: StatementWatch | None = None
-        self._waits_seen = 0  # StatementWatch.version last passed to the observers
         self.spill: SpillDir | None = None
 
     # -- signals -------------------------------------------------------------------------------
