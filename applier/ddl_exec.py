@@ -41,7 +41,7 @@ from applier.codec.events import DDLEvent
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.lock import ActiveLock
 from applier.logs import get_logger
-from checkpoint import CheckpointStore, JournalEntry, ddl_digest
+from checkpoint import CheckpointStore, JournalEntry, ddl_digest, ddl_fields
 from sqlgen import MARIADB, MYSQL, DDLPlan, Dialect, ErrorClass, classify_ddl_error, plan_ddl
 from sqlgen.ddl_guard import HostileDDL, check_ddl
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, tokenize
@@ -206,15 +206,7 @@ class DDLExecutor:
                 )
             with conn.cursor() as cur:
                 self._store.fence(cur, self._owner)
-                self._store.begin_ddl(
-                    cur,
-                    commit_ts=ddl.commit_ts,
-                    schema=ddl.schema,
-                    table=ddl.table,
-                    ddl_type=ddl.ddl_type,
-                    query=ddl.query,
-                    catalogue=before.to_json(),
-                )
+                self._store.begin_ddl(cur, **ddl_fields(ddl), catalogue=before.to_json())
             conn.commit()
         note = "took effect before it was recorded" if took_effect else self._run(conn, ddl, plan)
         self._finish(conn, ddl, bookkeeping)
@@ -264,14 +256,7 @@ class DDLExecutor:
             raise
 
     def _record(self, cur: pymysql.cursors.Cursor, ddl: DDLEvent | JournalEntry) -> None:
-        self._store.record_ddl(
-            cur,
-            commit_ts=ddl.commit_ts,
-            schema=ddl.schema,
-            table=ddl.table,
-            ddl_type=ddl.ddl_type,
-            query=ddl.query,
-        )
+        self._store.record_ddl(cur, **ddl_fields(ddl))
 
 
 def _short(query: str, n: int = 200) -> str:

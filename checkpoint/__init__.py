@@ -17,6 +17,7 @@ from checkpoint.store import (
     FencedOut,
     JournalEntry,
     ddl_digest,
+    ddl_fields,
     lag_seconds,
     status_report,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "FencedOut",
     "JournalEntry",
     "ddl_digest",
+    "ddl_fields",
     "ensure_schema",
     "lag_seconds",
     "status_report",

@@ -35,9 +35,8 @@ _COLLATION_PREFERENCE: Final = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb
 
 _TABLE_OPTIONS: Final = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={c} ROW_FORMAT=DYNAMIC"
 
-_DDL_JOURNAL: Final = (
-    """
-CREATE TABLE IF NOT EXISTS {s}.`ddl_journal` (
+# The columns that describe one DDL event, shared by `applied_ddl` and `ddl_journal`.
+_DDL_COLUMNS: Final = """\
   `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
   `commit_ts` BIGINT UNSIGNED NOT NULL,
   `query_digest` CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'sha256 of query',
@@ -45,7 +44,14 @@ CREATE TABLE IF NOT EXISTS {s}.`ddl_journal` (
   `table_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
   `ddl_type` INT NOT NULL,
   `query` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: fingerprint before the DDL',
+"""
+
+_DDL_JOURNAL: Final = (
+    """
+CREATE TABLE IF NOT EXISTS {s}.`ddl_journal` (
+"""
+    + _DDL_COLUMNS
+    + """  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: catalogue before',
   `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',
   PRIMARY KEY (`changefeed`)
 ) """
@@ -95,14 +101,9 @@ CREATE TABLE IF NOT EXISTS {s}.`partition_offset` (
     + _TABLE_OPTIONS,
     "applied_ddl": """
 CREATE TABLE IF NOT EXISTS {s}.`applied_ddl` (
-  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `commit_ts` BIGINT UNSIGNED NOT NULL,
-  `query_digest` CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'sha256 of query',
-  `schema_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `table_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `ddl_type` INT NOT NULL,
-  `query` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `applied_at` DATETIME(6) NOT NULL COMMENT 'UTC',
+"""
+    + _DDL_COLUMNS
+    + """  `applied_at` DATETIME(6) NOT NULL COMMENT 'UTC',
   PRIMARY KEY (`changefeed`, `commit_ts`, `query_digest`)
 ) """
     + _TABLE_OPTIONS,

@@ -98,6 +98,18 @@ class JournalEntry:
     catalogue: str
 
 
+def ddl_fields(ddl: Any) -> dict[str, Any]:
+    """The keyword arguments :meth:`CheckpointStore.record_ddl` and ``begin_ddl`` take, from
+    anything that describes a DDL event (a decoded event, a journal entry)."""
+    return {
+        "commit_ts": ddl.commit_ts,
+        "schema": ddl.schema,
+        "table": ddl.table,
+        "ddl_type": ddl.ddl_type,
+        "query": ddl.query,
+    }
+
+
 def _check_ts(what: str, value: object) -> int:
     if type(value) is not int or not 0 <= value <= UINT64_MAX:
         raise ValueError(f"{what} must be an int in [0, 2^64-1], got {value!r}")

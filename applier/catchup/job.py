@@ -52,7 +52,7 @@ from applier.downstream.url import DownstreamConfig
 from applier.downstream_settings import downstream_config as _downstream_config
 from applier.logs import get_logger
 from applier.progress import ddl_key
-from checkpoint import Checkpoint, CheckpointStore
+from checkpoint import Checkpoint, CheckpointStore, ddl_fields
 from sqlgen import Dialect, TablePlan, plan_table
 
 WRITE_STATS_SCHEMA = (
@@ -579,14 +579,7 @@ class CatchupJob:
         def unit(conn: pymysql.connections.Connection) -> None:
             with conn.cursor() as cur:
                 for ddl in ddls:
-                    self.store.record_ddl(
-                        cur,
-                        commit_ts=ddl.commit_ts,
-                        schema=ddl.schema,
-                        table=ddl.table,
-                        ddl_type=ddl.ddl_type,
-                        query=ddl.query,
-                    )
+                    self.store.record_ddl(cur, **ddl_fields(ddl))
                 self.store.write(
                     cur,
                     topic=self.topic,
