@@ -44,7 +44,7 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from apply import (
+from _common import (
     BATCH_EVENTS,
     TABLE,
     Generator,
