@@ -9,7 +9,7 @@ import time
 import pytest
 
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
-from tests.integration.harness import Changefeed, stop, wait_for_output
+from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,13 @@ def test_kill_loop_converges(feed: Changefeed, tmp_path, mode: str) -> None:
     progress = []
     for _ in range(12):
         proc = feed.start(log_path=log)
-        time.sleep(rng.uniform(0.7, 1.8))
+        # Timed from the "started" line, not from the process start: interpreter start-up varies
+        # with the machine's load, and the first windows need the whole backlog's head decoded
+        # across every partition (about a second here) before the barrier can release them.
+        started = time.monotonic()
+        while read_log(proc).count("[info     ] started") <= kills and time.monotonic() - started < 30:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.2, 2.4))
         if proc.poll() is not None:
             break  # finished early: cannot happen without --exit-when-caught-up, but stay safe
         stop(proc, signal.SIGKILL)
