@@ -109,11 +109,7 @@ class Catalogue:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        self._identity: bool | None = None  # learned on first use
-
-    @property
-    def identity_visible(self) -> bool | None:
-        return self._identity
+        self._identity: bool | None = None  # False once the ids were refused: not asked again
 
     def fingerprint(self, conn: pymysql.connections.Connection, schemas: Iterable[str]) -> Fingerprint:
         state: dict[str, dict] = {}

@@ -96,9 +96,8 @@ def _ident(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class DDLOutcome:
     plan: DDLPlan
-    ran: bool
-    """True when this call ran the statement; False when skipped, found applied, or recorded."""
     note: str = ""
+    """How it ended when not simply run: recorded before, took effect before, already present."""
 
 
 class DDLExecutor:
@@ -186,10 +185,10 @@ class DDLExecutor:
             entry = self._store.pending_ddl(cur)
         conn.rollback()
         if recorded:  # an ambiguous COMMIT of step 3 that landed
-            return DDLOutcome(plan, False, "recorded before")
+            return DDLOutcome(plan, "recorded before")
         if not plan.execute:
             self._finish(conn, ddl, bookkeeping)
-            return DDLOutcome(plan, False)
+            return DDLOutcome(plan)
         took_effect = False
         if entry is not None and (entry.commit_ts, ddl_digest(entry.query)) == (
             ddl.commit_ts,
@@ -210,7 +209,7 @@ class DDLExecutor:
             conn.commit()
         note = "took effect before it was recorded" if took_effect else self._run(conn, ddl, plan)
         self._finish(conn, ddl, bookkeeping)
-        return DDLOutcome(plan, not took_effect, note)
+        return DDLOutcome(plan, note)
 
     def _run(self, conn: pymysql.connections.Connection, ddl: DDLEvent, plan: DDLPlan) -> str:
         statements = plan.statements()

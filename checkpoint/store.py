@@ -122,6 +122,17 @@ def _check_name(what: str, value: object, *, allow_empty: bool = True) -> str:
     return value
 
 
+def _check_ddl(commit_ts: object, schema: object, table: object, ddl_type: object, query: object) -> None:
+    """The fields of a DDL row (``applied_ddl``, ``ddl_journal``), checked before they reach SQL."""
+    _check_ts("commit_ts", commit_ts)
+    _check_name("schema name", schema)
+    _check_name("table name", table)
+    if type(ddl_type) is not int or not _INT32_MIN <= ddl_type <= INT32_MAX:
+        raise ValueError(f"ddl_type must be a 32-bit int, got {ddl_type!r}")
+    if not isinstance(query, str):
+        raise ValueError(f"query must be a string, got {type(query).__name__}")
+
+
 def _check_partition(value: object) -> int:
     if type(value) is not int or not 0 <= value <= INT32_MAX:
         raise ValueError(f"partition must be an int in [0, 2^31-1], got {value!r}")
@@ -372,13 +383,7 @@ class CheckpointStore:
 
         Recording the same DDL again is a no-op (keeps the first ``applied_at``).
         """
-        _check_ts("commit_ts", commit_ts)
-        _check_name("schema name", schema)
-        _check_name("table name", table)
-        if type(ddl_type) is not int or not _INT32_MIN <= ddl_type <= INT32_MAX:
-            raise ValueError(f"ddl_type must be a 32-bit int, got {ddl_type!r}")
-        if not isinstance(query, str):
-            raise ValueError(f"query must be a string, got {type(query).__name__}")
+        _check_ddl(commit_ts, schema, table, ddl_type, query)
         cur.execute(
             f"INSERT INTO {self._t('applied_ddl')} "
             "(`changefeed`, `commit_ts`, `query_digest`, `schema_name`, `table_name`, `ddl_type`, `query`, "
@@ -406,9 +411,7 @@ class CheckpointStore:
         a restart compares it with the catalogue to learn whether the DDL took effect. One entry
         per changefeed: a newer one replaces an older (settled) one.
         """
-        _check_ts("commit_ts", commit_ts)
-        _check_name("schema name", schema)
-        _check_name("table name", table)
+        _check_ddl(commit_ts, schema, table, ddl_type, query)
         cur.execute(
             f"REPLACE INTO {self._t('ddl_journal')} (`changefeed`, `commit_ts`, `query_digest`, "
             "`schema_name`, `table_name`, `ddl_type`, `query`, `catalogue`, `started_at`) "

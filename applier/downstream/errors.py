@@ -84,12 +84,12 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 
-CONNECTION_LOSS_CODES: Final = frozenset({1053, 1927, 2006, 2013, 4031})
-
-
 def is_connection_loss(exc: BaseException) -> bool:
     """True when the session itself is gone (not just the statement): its locks went with it."""
-    return isinstance(exc, pymysql.err.InterfaceError) or error_code(exc) in CONNECTION_LOSS_CODES
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    code = error_code(exc)
+    return code is not None and TRANSIENT_CLASSES.get(code) in ("connection", "server_shutdown")
 
 
 def retry_class(exc: BaseException) -> str:
