@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from applier.simulator import StreamConfig, produce_simulation, simulate
+from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from applier.simulator.tables import BULK_TABLE
 from tests.integration.harness import Changefeed, read_log, stop
 
@@ -18,19 +18,28 @@ pytestmark = pytest.mark.integration
 HUGE = 50_000
 
 
-def _stream(feed: Changefeed, seed: int):
+def _stream(feed: Changefeed, seed: int, mode: str | None = None):
     # Two transactions of about 50K rows each (one fills the bulk table, one rewrites it: deletes,
-    # key moves, a DELETE and an INSERT of one key, unique swaps), 3 partitions, replays on.
+    # key moves, a DELETE and an INSERT of one key, unique swaps), 3 partitions, replays on; with
+    # ``mode`` every producer order of that architecture on as well.
     cfg = StreamConfig(
-        seed=seed, partitions=3, transactions=240, schema=feed.new_schema(), huge_transaction=HUGE
+        seed=seed,
+        partitions=3,
+        transactions=240,
+        schema=feed.new_schema(),
+        huge_transaction=HUGE,
+        **(PRODUCER_MODES[mode] if mode else {}),
     )
     sim = simulate(cfg)
     produce_simulation(feed.bootstrap, feed.topic, sim)
     return sim
 
 
-def test_huge_transactions_converge_with_a_small_row_cache(feed: Changefeed, tmp_path: Path) -> None:
-    sim = _stream(feed, seed=31)
+@pytest.mark.parametrize("mode", [None, "all-classic", "all-new"])
+def test_huge_transactions_converge_with_a_small_row_cache(
+    feed: Changefeed, tmp_path: Path, mode: str | None
+) -> None:
+    sim = _stream(feed, seed=31, mode=mode)
     spill = tmp_path / "spill"
     done = feed.run_to_end("--max-cached-bytes", "2M", "--spill-dir", str(spill))
     assert done.returncode == 0, done.stdout + done.stderr
