@@ -235,6 +235,34 @@ SETTINGS: tuple[Setting, ...] = (
         commands=("run", "catchup", "decode"),
     ),
     Setting(
+        "claim_check_storage_uri",
+        "where the changefeed's claim-check objects are, as this host sees them: file:///DIR or "
+        "s3://BUCKET/PREFIX[?endpoint=...&region=...]; objects are read by the base name of the "
+        "location in the stream, never by the location itself",
+        secret=True,
+        commands=("run", "catchup"),
+    ),
+    Setting(
+        "upstream",
+        "mysql://USER@HOST:PORT/ of the upstream TiDB, for handle-key-only (ohk) large messages: "
+        "their rows are read as of their commit ts (password in APPLIER_UPSTREAM_PASSWORD or "
+        "upstream_password_file)",
+        secret=True,
+        commands=("run", "catchup"),
+    ),
+    Setting(
+        "upstream_password_file",
+        "file holding the upstream password (first line)",
+        commands=("run", "catchup"),
+    ),
+    Setting(
+        "large_message_workers",
+        "claim-check objects and upstream rows fetched at once",
+        default=8,
+        parse=_parse_positive_int,
+        commands=("run", "catchup"),
+    ),
+    Setting(
         "start",
         "where a changefeed without a checkpoint starts reading",
         default="earliest",
@@ -418,8 +446,12 @@ class Config:
         for name, value in self.values.items():
             setting = SETTINGS_BY_NAME.get(name)
             if setting is not None and setting.secret and value:
-                if name == "downstream":
+                if name in ("downstream", "upstream"):
                     value = redact_url(value)
+                elif name == "claim_check_storage_uri":
+                    from applier.large_messages.storage import redacted_uri
+
+                    value = redacted_uri(value)
                 elif isinstance(value, dict):
                     value = {k: ("***" if _looks_secret(k) else v) for k, v in value.items()}
                 else:

@@ -42,7 +42,8 @@ from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig, DownstreamConfigError
 from applier.downstream.watch import StatementWatch
 from applier.kafka.reader import KafkaReadError, PartitionReader
-from applier.listener import LargeMessageNotSupported, RowsBehindWatermark, cache_bytes
+from applier.large_messages.resolver import LargeMessageError, LargeMessageQueue
+from applier.listener import RowsBehindWatermark, cache_bytes
 from applier.logs import configure, get_logger
 from applier.observer import Observer, Observers
 from applier.partition_watch import PartitionWatch
@@ -116,6 +117,7 @@ class Daemon:
     _last_spill_log = 0.0
     _spilled_total = 0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
+    large: LargeMessageQueue | None = None  # the large-message stage, when a source is configured
 
     def __init__(self, cfg: Config, observers: Sequence[Observer] = ()) -> None:
         self.cfg = cfg
@@ -157,7 +159,7 @@ class Daemon:
             Fatal,
             ApplyError,
             MalformedRecordError,
-            LargeMessageNotSupported,
+            LargeMessageError,
             RowsBehindWatermark,
             KafkaReadError,
             DownstreamConnectError,
@@ -183,6 +185,8 @@ class Daemon:
     def _close(self) -> None:
         if self.reader is not None:
             self.reader.close()
+        if self.large is not None:
+            self.large.close()
         if self.statements is not None:
             self.statements.close()
         if self.applier is not None:
@@ -294,6 +298,7 @@ class Daemon:
             dialect=dialect.name,
             max_allowed_packet=dialect.max_allowed_packet,
             spill_dir=str(spill.path),
+            large_messages=self.large.resolver.describe() if self.large is not None else "refused",
         )
         self.observer.on_ready()
         return self._loop()
@@ -340,6 +345,36 @@ class Daemon:
         drain_deadline = 0.0
         self._last_spill_log = 0.0
         self._inflight = self._prepared = None
+        large = self.large
+
+        def refuse(partition: int, exc: Exception) -> None:
+            """Bad input at ``partition``: nothing of it or after it is fed; stop once drained."""
+            nonlocal bad_input, drain_deadline, flagged
+            if bad_input is None:
+                bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
+            bad_partitions.add(partition)
+            flagged.add(partition)
+            reader.pause([partition])
+            if large is not None:
+                large.drop(partition)
+
+        def feed(rec, events, fetched: int = 0) -> None:  # type: ignore[no-untyped-def]
+            try:
+                size = cache_bytes(len(rec.value or b"") + len(rec.key or b"") + fetched, events)
+                barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
+            except (LargeMessageError, RowsBehindWatermark) as exc:
+                refuse(rec.partition, exc)
+
+        def feed_resolved() -> None:
+            """Records whose large messages were fetched meanwhile, in offset order per partition."""
+            assert large is not None
+            done, failures = large.ready()
+            for rec, events, fetched in done:
+                if rec.partition not in bad_partitions:
+                    feed(rec, events, fetched)
+            for exc in failures:
+                refuse(exc.position.partition, exc)
+
         try:
             while not self._stop.is_set():
                 pending = self._inflight
@@ -376,19 +411,19 @@ class Daemon:
                             options=options,
                         )
                     except MalformedRecordError as exc:
-                        bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
-                        bad_partitions.add(rec.partition)
-                        flagged.add(rec.partition)
-                        reader.pause([rec.partition])
+                        refuse(rec.partition, exc)
                         continue
-                    try:
-                        size = cache_bytes(len(rec.value or b"") + len(rec.key or b""), events)
-                        barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
-                    except (LargeMessageNotSupported, RowsBehindWatermark) as exc:
-                        bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
-                        bad_partitions.add(rec.partition)
-                        flagged.add(rec.partition)
-                        reader.pause([rec.partition])
+                    if large is not None and (large.holds(rec.partition) or large.holds_large(events)):
+                        # Its rows are fetched off this thread; it (and what follows it on its
+                        # partition) is fed once they are there (applier.large_messages).
+                        try:
+                            large.add(rec.partition, rec, events, len(rec.value or b"") + len(rec.key or b""))
+                        except LargeMessageError as exc:
+                            refuse(rec.partition, exc)
+                        continue
+                    feed(rec, events)
+                if large is not None and large.busy():
+                    feed_resolved()
                 if watch.settle():
                     flagged = bad_partitions | watch.empty
                 self._spill_over()
@@ -409,6 +444,8 @@ class Daemon:
                 # cache is over --max-cached-bytes, or when one of them alone is AHEAD_ROWS ahead;
                 # the ones holding the barrier back keep being read, so it always moves.
                 ahead = barrier.partitions_far_ahead(self.AHEAD_ROWS, reader.paused)
+                if large is not None:
+                    ahead |= large.over_limit()  # fetched rows wait in memory: bounded too
                 to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes) | ahead
                 if to_pause - reader.paused:
                     reader.pause(to_pause)
@@ -428,6 +465,7 @@ class Daemon:
                     cfg.exit_when_caught_up
                     and not records
                     and self._inflight is None
+                    and (large is None or not large.busy())
                     and reader.all_at_end()
                     and barrier.next_window() is None
                 ):
@@ -587,13 +625,16 @@ def run_daemon(cfg: Config) -> int:
     # live in their own modules; see applier/ops.py and applier/downstream_settings.py.
     from applier.downstream_settings import downstream_config
     from applier.http_server import HttpListenError
+    from applier.large_messages.settings import LargeMessageSettings
+    from applier.large_messages.storage import ObjectStoreConfigError
     from applier.ops import Operations
 
     configure(cfg.log_format, cfg.log_level)
     try:
         daemon = Daemon(cfg)
         daemon.downstream = downstream_config(cfg)
-    except DownstreamConfigError as exc:
+        daemon.large = LargeMessageSettings.from_config(cfg).queue(daemon.options)
+    except (DownstreamConfigError, ObjectStoreConfigError) as exc:
         print(f"applier: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     try:

@@ -55,32 +55,13 @@ from applier.codec.events import (
     ResolvedEvent,
     RowEvent,
 )
+from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.logs import get_logger
 from applier.progress import DDLKey, SharedProgress, TableKey, ddl_key
 from applier.spill import GroupPart, SpillDir, SpillFiles
 
 _HK = FLAG_HANDLE_KEY
 _K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
-
-
-class LargeMessageNotSupported(NotImplementedError):
-    """A large-message event (``ohk`` handle-key-only, or ``ccl`` claim-check) was read.
-
-    Applying it needs the full row from upstream TiDB or from external storage, which the applier
-    does not do. The daemon must stop at ``position`` rather than skip the row silently.
-    Raised before the listener changes any state for the record, so nothing of it is half-applied.
-    """
-
-    def __init__(self, event: LargeMessageEvent) -> None:
-        self.event = event
-        self.position: Position = event.pos
-        how = "handle-key-only (ohk)" if event.handle_key_only else "claim-check (ccl)"
-        p = event.pos
-        super().__init__(
-            f"{how} large-message event for `{event.schema}`.`{event.table}` at commit ts {event.commit_ts} "
-            f"(topic {p.topic!r} partition {p.partition} offset {p.offset} event #{p.index}) "
-            "is not supported: the full row would have to be fetched from upstream or external storage"
-        )
 
 
 class RowsBehindWatermark(ValueError):
@@ -222,7 +203,7 @@ def cache_bytes(record_bytes: int, events: Sequence[Event]) -> int:
 def _classify(ev: object) -> int:
     """Kind of an event whose type is not exactly one of the three (subclasses), or raise."""
     if isinstance(ev, LargeMessageEvent):
-        raise LargeMessageNotSupported(ev)
+        raise LargeMessageNotConfigured(ev)
     if isinstance(ev, RowEvent):
         return _K_ROW
     if isinstance(ev, ResolvedEvent):
@@ -464,7 +445,8 @@ class PartitionListener:
 
         ``record_bytes`` (the record value's size) is split evenly over its events to account for
         cached memory. Offsets must increase: a listener is one pass over a partition; a restart
-        uses a new listener. Raises ``LargeMessageNotSupported`` (state untouched) for ohk/ccl.
+        uses a new listener. Raises ``LargeMessageNotConfigured`` (state untouched) for an ohk/ccl
+        event: they are resolved before the listener (applier.large_messages), or refused.
 
         ``raw`` (the record's key and value bytes) lets the listener recognise a byte-identical
         copy of an earlier record holding keyless rows without ``rid`` (rule 4); without it only
@@ -482,7 +464,7 @@ class PartitionListener:
             )
         if self.rejoin_floor is not None:
             self._check_rejoin(events)
-        # Pass 1: nothing changes yet (a LargeMessageNotSupported leaves the state untouched).
+        # Pass 1: nothing changes yet (a LargeMessageNotConfigured leaves the state untouched).
         # Consecutive rows of one table (the usual record) share one table tuple and its lookups.
         kinds: list[int] = []
         tables: list[TableKey | None] = []

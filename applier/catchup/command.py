@@ -33,11 +33,13 @@ def run_catchup_command(cfg: Config) -> int:
     from applier.downstream.lock import LockLost
     from applier.downstream.url import DownstreamConfigError
     from applier.kafka.reader import KafkaReadError
+    from applier.large_messages.errors import LargeMessageError
+    from applier.large_messages.storage import ObjectStoreConfigError
     from checkpoint import FencedOut
 
     try:
         summary = run_catchup(cfg)
-    except DownstreamConfigError as exc:
+    except (DownstreamConfigError, ObjectStoreConfigError) as exc:
         print(f"applier: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except (
@@ -49,6 +51,7 @@ def run_catchup_command(cfg: Config) -> int:
         LockLost,
         FencedOut,
         MalformedRecordError,
+        LargeMessageError,
     ) as exc:
         log.error("catch-up failed: " + redact_text(str(exc)), error_type=type(exc).__name__)
         return EXIT_FAILURE

@@ -50,6 +50,8 @@ from applier.downstream.retry import Backoff, run_with_retry
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from applier.downstream_settings import downstream_config as _downstream_config
+from applier.large_messages.settings import LargeMessageSettings
+from applier.large_messages.storage import open_store
 from applier.logs import get_logger
 from applier.progress import ddl_key
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
@@ -125,6 +127,9 @@ class CatchupJob:
         self.downstream = downstream_config(cfg)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
         self.options = cfg.decoder_options()
+        self.large = LargeMessageSettings.from_config(cfg)
+        if self.large.claim_check_storage_uri:
+            open_store(self.large.claim_check_storage_uri)  # a bad URI fails here, not in every task
         self._spark = spark
         self._offsets = offsets
         self._progress_interval = progress_interval
@@ -297,6 +302,7 @@ class CatchupJob:
                 options=self.options,
                 lower_ts=lower,
                 collapse_upto=collapse_upto,
+                large=self.large if self.large.configured else None,
             )
             progress.stage("scan", total_records=total)
             skeleton_tab = self._empty_skeleton()
@@ -624,7 +630,8 @@ _KNOWN_ERRORS = (
     "WriteError",
     "KafkaReadError",
     "MalformedRecordError",
-    "LargeMessageNotSupported",
+    "LargeMessageNotConfigured",
+    "LargeMessageUnavailable",
     "PlanError",
 )
 

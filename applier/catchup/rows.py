@@ -65,7 +65,7 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
-from applier.listener import LargeMessageNotSupported
+from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.window import is_keyless
 
 ROW, DDL, RESOLVED, STATS = 1, 2, 3, 0
@@ -203,7 +203,7 @@ class BatchBuilder:
     def add_record(
         self, partition: int, offset: int, events: Sequence[Event], raw: tuple[bytes | None, bytes | None]
     ) -> None:
-        """Append the events of one decoded record (raises LargeMessageNotSupported like the daemon)."""
+        """Append the events of one decoded record (raises LargeMessageNotConfigured like the daemon)."""
         self.records += 1
         rows: list[tuple[int, RowEvent, bool]] = []
         replayed: list[bool] = []
@@ -234,7 +234,7 @@ class BatchBuilder:
                     ddl_t=ev.ddl_type,
                 )
             elif isinstance(ev, LargeMessageEvent):
-                raise LargeMessageNotSupported(ev)
+                raise LargeMessageNotConfigured(ev)
             else:  # pragma: no cover - the decoder returns nothing else
                 raise TypeError(f"not a decoded event: {type(ev).__name__}")
         if obs is not None:

@@ -11,15 +11,25 @@ Options (strings, as Spark passes them): ``bootstrap``, ``topic``, ``group_id``,
 list of ``[partition, start, end]``), ``lower_ts``, ``legacy_base64_strings``, ``compression``,
 ``reserved_schemas`` (JSON list, see :mod:`sqlgen.ddl_guard`),
 ``batch_rows``, ``collapse_upto`` (keep only the last op per handle key among the ops at or below
-this ts a task reads; empty: keep every op) and
+this ts a task reads; empty: keep every op),
 ``secret.kafka_config`` (JSON of librdkafka settings; the ``secret`` prefix
-makes Spark redact it in plans and the UI, since it may hold SASL credentials).
+makes Spark redact it in plans and the UI, since it may hold SASL credentials) and
+``secret.large_messages`` (the pickled :class:`LargeMessageSettings`, base64: claim-check storage
+and upstream, whose URIs and password it holds).
+
+Large-message events are resolved in the task, as the daemon does (:mod:`applier.large_messages`):
+a record waits while its objects or upstream rows are fetched, the next ones of the range are read
+meanwhile (several fetches at once), and the records are added to the batch in offset order. A
+fetch that fails fails the task with the error naming the record; the catch-up then stops before
+writing anything.
 """
 
 from __future__ import annotations
 
+import base64
 import gc
 import json
+import pickle
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -31,6 +41,8 @@ from applier.catchup.offsets import OffsetRange
 from applier.catchup.rows import SPARK_SCHEMA, BatchBuilder
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.kafka.reader import KafkaReadError, base_consumer_config
+from applier.large_messages.resolver import LargeMessageQueue
+from applier.large_messages.settings import LargeMessageSettings
 
 SOURCE_NAME = "ticdc_open_protocol"
 STALL_SECONDS = 120.0  # no record for this long inside a range that should hold more: give up
@@ -48,6 +60,7 @@ class ReadSpec:
     lower_ts: int
     batch_rows: int = 20_000
     collapse_upto: int | None = None  # collapse ops at or below this ts in the reader (rows.py)
+    large: LargeMessageSettings | None = None  # where large messages are read from, if anywhere
 
 
 class RangePartition(InputPartition):
@@ -69,6 +82,7 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     conf.setdefault("fetch.max.bytes", 52428800)
     conf.setdefault("max.partition.fetch.bytes", 8388608)
     builder = BatchBuilder(spec.lower_ts, collapse_upto=spec.collapse_upto)
+    large = spec.large.queue(spec.options) if spec.large is not None else None
     consumer = Consumer(conf)
     # Decoding allocates millions of short-lived dicts and creates no reference cycles; the cyclic
     # collector would only re-scan the live ones (collapse winners) over and over.
@@ -111,17 +125,38 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                 events = decode_record(
                     key, value, topic=spec.topic, partition=rng.partition, offset=off, options=spec.options
                 )
-                builder.add_record(rng.partition, off, events, (key, value))
+                if large is not None and (large.holds(rng.partition) or large.holds_large(events)):
+                    large.add(rng.partition, (off, key, value), events, len(key or b"") + len(value or b""))
+                    _add_resolved(builder, large, rng.partition)
+                    while large.over_limit():
+                        large.wait(1.0)
+                        _add_resolved(builder, large, rng.partition)
+                else:
+                    builder.add_record(rng.partition, off, events, (key, value))
                 next_offset = off + 1
                 last_progress = time.monotonic()
                 if len(builder) >= spec.batch_rows:
                     yield builder.flush()
+        while large is not None and large.busy():
+            large.wait(1.0)
+            _add_resolved(builder, large, rng.partition)
     finally:
         consumer.close()
+        if large is not None:
+            large.close()
         if gc_was_enabled:
             gc.enable()
     builder.add_stats(rng.partition)
     yield builder.flush(final=True)
+
+
+def _add_resolved(builder: BatchBuilder, large: LargeMessageQueue, partition: int) -> None:
+    """Add the records whose large messages are fetched; raise the first failure."""
+    done, failures = large.ready()
+    for (off, key, value), events, _fetched in done:
+        builder.add_record(partition, off, events, (key, value))
+    if failures:
+        raise failures[0]
 
 
 class _Reader(DataSourceReader):
@@ -139,6 +174,9 @@ class _Reader(DataSourceReader):
             lower_ts=int(options["lower_ts"]),
             batch_rows=int(options.get("batch_rows", "20000")),
             collapse_upto=int(options["collapse_upto"]) if options.get("collapse_upto") else None,
+            large=pickle.loads(base64.b64decode(options["secret.large_messages"]))
+            if options.get("secret.large_messages")
+            else None,
         )
         self.ranges = [OffsetRange(int(p), int(s), int(e)) for p, s, e in json.loads(options["ranges"])]
 
@@ -178,4 +216,5 @@ def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
         "batch_rows": str(spec.batch_rows),
         "collapse_upto": "" if spec.collapse_upto is None else str(spec.collapse_upto),
         "secret.kafka_config": json.dumps(dict(spec.kafka_config)),
+        "secret.large_messages": base64.b64encode(pickle.dumps(spec.large)).decode() if spec.large else "",
     }

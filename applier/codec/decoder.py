@@ -45,6 +45,7 @@ from applier.codec.events import (
     Row,
     RowEvent,
     RowKind,
+    claim_check_name,
 )
 from applier.codec.framing import split_record
 from applier.codec.problem import Problem
@@ -244,13 +245,20 @@ def _careful_event(
             if large:
                 if type(ohk) is not bool and ohk is not None:
                     raise Problem("key ohk is not a boolean")
-                if ccl is not None and type(ccl) is not str:
-                    raise Problem("key ccl is not a string")
+                if ccl is not None:
+                    if type(ccl) is not str:
+                        raise Problem("key ccl is not a string")
+                    try:
+                        claim_check_name(ccl)
+                    except ValueError as e:
+                        raise Problem(str(e), kdoc) from None
             if decompress is not None and vdoc:
                 vdoc = decompress(vdoc)
             doc = vdoc
             if large:
                 row = _large_row(vdoc, plan, ts, scm, tbl, ptn, pos, rid)
+                if ccl is None and row is None:
+                    raise Problem("handle-key-only event carries no handle-key columns (no u or d)")
                 return LargeMessageEvent(ts, scm, tbl, bool(ohk), ccl, row, pos)
             if not vdoc:
                 raise Problem("row event has an empty value")

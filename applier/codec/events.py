@@ -102,8 +102,10 @@ class ResolvedEvent:
 class LargeMessageEvent:
     """A row event sent with ``ohk`` (only handle-key columns) or ``ccl`` (claim check).
 
-    Recognised so that the stream never crashes on it; applying it needs the full row from
-    upstream TiDB or external storage, which the applier does not do yet.
+    Its value carries only the handle-key columns; the full row is read from upstream TiDB as of
+    the commit ts (``ohk``) or from the claim-check object (``ccl``) by
+    :mod:`applier.large_messages` before the listeners see the event (docs/open-protocol.md §9).
+    A ``ccl`` wins over ``ohk``, as in TiCDC's consumers.
     """
 
     commit_ts: int
@@ -114,8 +116,30 @@ class LargeMessageEvent:
     row: RowEvent | None  # what the value carried, decoded like any row event, if anything
     pos: Position
 
+    @property
+    def claim_check_name(self) -> str | None:
+        """The object name the reference points to (the decoder checked it is a plain name)."""
+        if self.claim_check_location is None:
+            return None
+        return claim_check_name(self.claim_check_location)
+
 
 Event = RowEvent | DDLEvent | ResolvedEvent | LargeMessageEvent
+
+
+def claim_check_name(location: str) -> str:
+    """The base name of a claim-check location: the only part of it a consumer may use.
+
+    The location is the producer's full URI of the object (``s3://bucket/prefix/<uuid>.json``,
+    ``file:///dir/<uuid>.json``); the consumer reads the object of that name under its own,
+    configured storage root and never opens the location itself, so a record cannot point the
+    daemon at another file or bucket. Raises ValueError when the base name is not a plain object
+    name (empty, ``.``, ``..``, or holding a backslash or NUL).
+    """
+    name = location.rpartition("/")[2]
+    if name in ("", ".", "..") or "\\" in name or "\x00" in name:
+        raise ValueError(f"claim-check location {location[:200]!r} does not end in a plain object name")
+    return name
 
 
 def tso_physical_ms(ts: int) -> int:

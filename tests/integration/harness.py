@@ -32,6 +32,7 @@ class Changefeed:
     checkpoint_schema: str = field(default_factory=lambda: f"ckpt_{uuid.uuid4().hex[:10]}")
     extra_args: list[str] = field(default_factory=list)
     schemas: list[str] = field(default_factory=list)  # upstream schemas to drop at the end
+    module: str = "applier"  # what ``python -m`` runs: a test may wrap the CLI (versioned_upstream)
 
     def new_schema(self, prefix: str = "up") -> str:
         """A fresh upstream schema name, dropped with the changefeed's other schemas."""
@@ -43,7 +44,7 @@ class Changefeed:
         return [
             sys.executable,
             "-m",
-            "applier",
+            self.module,
             "run",
             "--kafka-bootstrap",
             self.bootstrap,
@@ -147,7 +148,7 @@ class Changefeed:
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                for s in (self.checkpoint_schema, *self.schemas):
+                for s in (self.checkpoint_schema, *self.schemas, *(f"{x}_upstream" for x in self.schemas)):
                     cur.execute("DROP DATABASE IF EXISTS `" + s.replace("`", "``") + "`")
         finally:
             conn.close()

@@ -473,11 +473,11 @@ def test_mark_applied_refuses_a_window_built_on_another_state() -> None:
 
 def test_large_message_propagates_through_the_barrier() -> None:
     from applier.codec.events import LargeMessageEvent
-    from applier.listener import LargeMessageNotSupported
+    from applier.large_messages.errors import LargeMessageNotConfigured
 
     b = Barrier([0])
     big = LargeMessageEvent(20, "db", "k", False, "s3://x", None, Position("topic", 0, 3, 0))
-    with pytest.raises(LargeMessageNotSupported) as err:
+    with pytest.raises(LargeMessageNotConfigured) as err:
         b.feed(0, 3, [big])
     assert err.value.position.offset == 3
 

@@ -69,10 +69,10 @@ def test_rows_at_or_below_the_lower_bound_travel_only_as_skeleton_stubs() -> Non
 
 def test_large_messages_stop_the_read_like_the_daemon() -> None:
     from applier.codec.events import LargeMessageEvent
-    from applier.listener import LargeMessageNotSupported
+    from applier.large_messages.errors import LargeMessageNotConfigured
 
     ev = LargeMessageEvent(5, "s", "t", True, None, None, Position("x", 0, 3, 0))
-    with pytest.raises(LargeMessageNotSupported):
+    with pytest.raises(LargeMessageNotConfigured):
         BatchBuilder(0).add_record(0, 3, [ev], (b"k", b"v"))
 
 

@@ -15,7 +15,8 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
-from applier.listener import LargeMessageNotSupported, PartitionListener
+from applier.large_messages.errors import LargeMessageNotConfigured
+from applier.listener import PartitionListener
 from applier.progress import CheckpointState, SharedProgress, ddl_key
 from applier.window import is_keyless
 
@@ -171,7 +172,7 @@ def test_large_message_raises_with_position_and_leaves_state_untouched() -> None
     feed = Feeder(lst)
     feed(keyed(10, 1))
     big = LargeMessageEvent(20, "db", "k", True, None, None, Position("topic", 0, 7, 2))
-    with pytest.raises(LargeMessageNotSupported) as err:
+    with pytest.raises(LargeMessageNotConfigured) as err:
         lst.feed(7, [keyed(15, 2), big])
     assert err.value.position == Position("topic", 0, 7, 2)
     assert "offset 7" in str(err.value) and "ohk" in str(err.value)

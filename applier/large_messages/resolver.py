@@ -1,0 +1,315 @@
+"""Large-message events become ordinary row events before the listeners see them (§9).
+
+The stage sits between the decoder and the listeners: a record holding a claim-check reference
+or a handle-key-only event waits here while its rows are fetched, and so does every later record
+of its partition (a listener takes a partition's records in offset order); other partitions go on.
+The fetches run on a small thread pool, several at a time (one job per claim-check object, one per
+table and commit ts for handle-key-only rows), so a slow object store costs latency, not
+throughput. Memory is bounded: the records waiting here count against ``max_waiting_bytes`` and
+the daemon stops reading the partitions that hold them while it is exceeded.
+
+A fetch that cannot succeed (object missing or not a claim-check message, row not upstream at that
+ts, storage or upstream unreachable for longer than the retry budget) is reported like a malformed
+record: :class:`LargeMessageUnavailable` names topic, partition, offset and what was missing, the
+record and everything after it on its partition are never fed, so the barrier stops before it and
+the checkpoint never passes it; a restart after the object is restored reads it again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from applier.codec.decoder import DecoderOptions
+from applier.codec.events import Event, LargeMessageEvent, Row, RowEvent, RowKind
+from applier.large_messages.claim_check import BadClaimCheckObject, row_from_object
+from applier.large_messages.errors import (
+    LargeMessageError,
+    LargeMessageNotConfigured,
+    LargeMessageUnavailable,
+    where,
+)
+from applier.large_messages.storage import ObjectStore, ObjectStoreError
+from applier.large_messages.upstream import UpstreamReader, UpstreamRowMissing, UpstreamUnreachable
+from applier.logs import get_logger
+
+
+@dataclass(slots=True)
+class _Job:
+    """Fetches for some events of one record: ``run()`` returns (index -> row event, bytes read)."""
+
+    run: Callable[[], tuple[dict[int, RowEvent], int]]
+    future: Future | None = None
+
+
+def _ohk_key(ev: LargeMessageEvent) -> Row:
+    assert ev.row is not None
+    img = ev.row.new if ev.row.new is not None else ev.row.old
+    assert img is not None
+    return img
+
+
+class LargeMessageResolver:
+    """Turns the large-message events of a record into the row events they stand for.
+
+    ``store``: where claim-check objects are read (None: claim-check events are refused);
+    ``upstream``: where handle-key-only rows are read (None: refused). ``retry_seconds``: how long
+    an unreachable upstream is asked again before the event is reported (object stores retry by
+    themselves).
+    """
+
+    def __init__(
+        self,
+        *,
+        options: DecoderOptions,
+        store: ObjectStore | None = None,
+        upstream: UpstreamReader | None = None,
+        retry_seconds: float = 120.0,
+    ) -> None:
+        self.options = options
+        self.store = store
+        self.upstream = upstream
+        self.retry_seconds = retry_seconds
+        self.log = get_logger(component="large-messages")
+
+    def jobs(self, events: Sequence[Event]) -> list[_Job]:
+        """The fetches a record needs (raises LargeMessageNotConfigured for an event without source)."""
+        jobs: list[_Job] = []
+        groups: dict[tuple[int, str, str], list[tuple[int, LargeMessageEvent]]] = {}
+        deletes: dict[int, RowEvent] = {}
+        for i, ev in enumerate(events):
+            if type(ev) is not LargeMessageEvent:
+                continue
+            if ev.claim_check_location is not None:
+                if self.store is None:
+                    raise LargeMessageNotConfigured(ev)
+                jobs.append(_Job(self._claim_check_job(i, ev)))
+                continue
+            if self.upstream is None:
+                raise LargeMessageNotConfigured(ev)
+            assert ev.row is not None, "the decoder refuses a handle-key-only event without columns"
+            if ev.row.kind is RowKind.DELETE:
+                deletes[i] = ev.row  # deleted by key: nothing to read
+            else:
+                groups.setdefault((ev.commit_ts, ev.schema, ev.table), []).append((i, ev))
+        if deletes:
+            jobs.append(_Job(lambda: (deletes, 0)))
+        for (ts, schema, table), members in groups.items():
+            jobs.append(_Job(self._upstream_job(ts, schema, table, members)))
+        return jobs
+
+    def _claim_check_job(
+        self, index: int, ev: LargeMessageEvent
+    ) -> Callable[[], tuple[dict[int, RowEvent], int]]:
+        store, options = self.store, self.options
+        assert store is not None
+
+        def run() -> tuple[dict[int, RowEvent], int]:
+            name = ev.claim_check_name
+            assert name is not None
+            obj = f"claim-check object {name!r} (ccl {ev.claim_check_location!r}) in {store.describe()}"
+            try:
+                data = store.read(name)
+            except ObjectStoreError as exc:
+                raise LargeMessageUnavailable(
+                    f"{where(ev.pos)}: {obj}: {exc}; nothing from this record on is applied: restore the "
+                    "object (or correct claim_check_storage_uri) and start again",
+                    ev.pos,
+                ) from None
+            try:
+                row = row_from_object(data, ev, options)
+            except BadClaimCheckObject as exc:
+                raise LargeMessageUnavailable(
+                    f"{where(ev.pos)}: {obj} is not the row the reference announced: {exc.reason}", ev.pos
+                ) from None
+            return {index: row}, len(data)
+
+        return run
+
+    def _upstream_job(
+        self, ts: int, schema: str, table: str, members: list[tuple[int, LargeMessageEvent]]
+    ) -> Callable[[], tuple[dict[int, RowEvent], int]]:
+        upstream = self.upstream
+        assert upstream is not None
+
+        def run() -> tuple[dict[int, RowEvent], int]:
+            keys = [_ohk_key(ev) for _i, ev in members]
+            deadline = time.monotonic() + self.retry_seconds
+            delay = 0.5
+            while True:
+                try:
+                    full = upstream.rows_as_of(ts, schema, table, keys)
+                    break
+                except UpstreamRowMissing as exc:
+                    pos = members[0][1].pos
+                    raise LargeMessageUnavailable(
+                        f"{where(pos)}: handle-key-only row of `{schema}`.`{table}` at commit ts {ts} "
+                        f"from upstream {upstream.describe()}: {exc}; nothing from this record on is applied",
+                        pos,
+                    ) from None
+                except UpstreamUnreachable as exc:
+                    if time.monotonic() + delay > deadline:
+                        pos = members[0][1].pos
+                        raise LargeMessageUnavailable(
+                            f"{where(pos)}: cannot read handle-key-only rows of `{schema}`.`{table}` from "
+                            f"upstream (retried for {self.retry_seconds:.0f}s): {exc}",
+                            pos,
+                        ) from None
+                    self.log.warning("upstream unreachable, retrying", error=str(exc), retry_in=delay)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+            out: dict[int, RowEvent] = {}
+            size = 0
+            for (i, ev), new in zip(members, full, strict=True):
+                ref = ev.row
+                assert ref is not None
+                old = ref.old
+                if old is not None and old.keys() != new.keys():
+                    old = {**{n: c for n, c in new.items() if n not in old}, **old}
+                out[i] = RowEvent(ts, schema, table, ref.kind, new, old, ref.partition_id, ev.pos, ref.row_id)
+                size += sum(len(c["v"]) for c in new.values() if isinstance(c["v"], str | bytes))
+            return out, size
+
+        return run
+
+    def resolve(self, events: Sequence[Event]) -> tuple[list[Event], int]:
+        """The record's events with every large-message event replaced, fetched here and now."""
+        found: dict[int, RowEvent] = {}
+        size = 0
+        for job in self.jobs(events):
+            rows, n = job.run()
+            found.update(rows)
+            size += n
+        return [found.get(i, ev) for i, ev in enumerate(events)], size  # type: ignore[misc]
+
+    def describe(self) -> str:
+        """The configured sources, safe to log."""
+        parts = []
+        if self.store is not None:
+            parts.append(f"claim-check objects from {self.store.describe()}")
+        if self.upstream is not None:
+            parts.append(f"handle-key-only rows from {self.upstream.describe()}")
+        return "; ".join(parts) or "refused"
+
+    def close(self) -> None:
+        if self.upstream is not None:
+            self.upstream.close()
+
+
+@dataclass(slots=True)
+class _Waiting:
+    item: Any
+    events: Sequence[Event]
+    size: int
+    jobs: list[_Job] = field(default_factory=list)
+
+    def done(self) -> bool:
+        return all(j.future is not None and j.future.done() for j in self.jobs)
+
+
+class LargeMessageQueue:
+    """Records waiting for their large messages, per partition, in offset order (module docstring).
+
+    ``add`` takes a record (``item`` is the caller's, returned as is) with its decoded events;
+    ``ready`` hands back, per partition and in order, the records whose fetches are finished, their
+    large-message events replaced. A failure is handed back instead, once, and the partition's
+    waiting records are dropped.
+    """
+
+    def __init__(
+        self, resolver: LargeMessageResolver, *, workers: int = 8, max_waiting_bytes: int = 256 << 20
+    ) -> None:
+        self.resolver = resolver
+        self.max_waiting_bytes = max_waiting_bytes
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="large-message")
+        self._waiting: dict[int, deque[_Waiting]] = {}
+        self._bytes: dict[int, int] = {}
+        self.fetched_bytes = 0
+        self.resolved_events = 0
+
+    def holds_large(self, events: Sequence[Event]) -> bool:
+        """Whether a record's events include a large-message event (then it must wait here)."""
+        return any(type(ev) is LargeMessageEvent for ev in events)
+
+    def holds(self, partition: int) -> bool:
+        """Whether records of ``partition`` wait here (a later record must queue behind them)."""
+        return partition in self._waiting
+
+    def busy(self) -> bool:
+        return bool(self._waiting)
+
+    def add(self, partition: int, item: Any, events: Sequence[Event], size: int) -> None:
+        """Queue a record; start its fetches. Raises LargeMessageNotConfigured (nothing queued)."""
+        jobs = self.resolver.jobs(events)
+        waiting = _Waiting(item, events, size, jobs)
+        for job in jobs:
+            job.future = self._pool.submit(job.run)
+        self._waiting.setdefault(partition, deque()).append(waiting)
+        self._bytes[partition] = self._bytes.get(partition, 0) + size
+
+    def ready(self) -> tuple[list[tuple[Any, list[Event], int]], list[LargeMessageError]]:
+        """(records ready to feed: (item, events, bytes fetched)), failures) since the last call."""
+        out: list[tuple[Any, list[Event], int]] = []
+        failures: list[LargeMessageError] = []
+        for partition in list(self._waiting):
+            queue = self._waiting[partition]
+            while queue and queue[0].done():
+                head = queue.popleft()
+                self._bytes[partition] -= head.size
+                try:
+                    found: dict[int, RowEvent] = {}
+                    fetched = 0
+                    for job in head.jobs:
+                        assert job.future is not None
+                        rows, n = job.future.result()
+                        found.update(rows)
+                        fetched += n
+                except LargeMessageError as exc:
+                    failures.append(exc)
+                    self.drop(partition)
+                    break
+                self.fetched_bytes += fetched
+                self.resolved_events += len(found)
+                events = [found.get(i, ev) for i, ev in enumerate(head.events)]
+                out.append((head.item, events, fetched))  # type: ignore[arg-type]
+            if not queue:
+                self._waiting.pop(partition, None)
+                self._bytes.pop(partition, None)
+        return out, failures
+
+    def wait(self, timeout: float) -> None:
+        """Block until some partition's first waiting record is finished, or ``timeout``."""
+        from concurrent.futures import FIRST_COMPLETED
+        from concurrent.futures import wait as wait_futures
+
+        pending = [
+            j.future
+            for q in self._waiting.values()
+            if q
+            for j in q[0].jobs
+            if j.future is not None and not j.future.done()
+        ]
+        if pending:
+            wait_futures(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+
+    def over_limit(self) -> set[int]:
+        """Partitions to stop reading: records are waiting on them and the total is over the bound."""
+        if sum(self._bytes.values()) <= self.max_waiting_bytes:
+            return set()
+        return set(self._waiting)
+
+    def drop(self, partition: int) -> None:
+        """Forget the partition's waiting records (after a failure: none of them is fed)."""
+        for waiting in self._waiting.pop(partition, ()):
+            for job in waiting.jobs:
+                if job.future is not None:
+                    job.future.cancel()
+        self._bytes.pop(partition, None)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.resolver.close()
