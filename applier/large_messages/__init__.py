@@ -1,0 +1,1 @@
+"""Large messages: claim-check objects and handle-key-only rows."""
