@@ -35,6 +35,8 @@ from tests.integration.s3_server import (
     store_uri,
 )
 
+pytestmark = pytest.mark.integration  # a server, though neither the broker nor MariaDB
+
 # Short budgets: a failing read gives up in about a second.
 QUICK = RetryPolicy(budget=1.0, initial=0.05, maximum=0.2, sdk_attempts=2, connect_timeout=1, read_timeout=5)
 OUTER_ONLY = RetryPolicy(
