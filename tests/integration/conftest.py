@@ -55,3 +55,16 @@ def ddl_downstream_url(request: pytest.FixtureRequest, downstream_url: str) -> s
     if request.param == "root":
         return downstream_url
     return request.getfixturevalue("least_privilege_url")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """URL of a real S3-compatible server (moto, in this process) on 127.0.0.1, for the whole session.
+    Helpers to fill and use it: tests/integration/s3_server.py."""
+    from tests.integration.s3_server import start_s3_server
+
+    server = start_s3_server()
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()

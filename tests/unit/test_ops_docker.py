@@ -78,6 +78,7 @@ def test_dockerfile_shape() -> None:
     assert stages["catchup"][0] == "FROM runtime AS catchup"
     assert "openjdk-17-jre-headless" in catchup and "COPY --from=build-catchup" in catchup
     assert "[spark]" in "\n".join(stages["build-catchup"])
+    assert "/src[s3]" in "\n".join(stages["build"])  # claim-check objects in S3 (boto3), in both images
     assert catchup.strip().splitlines()[-2].startswith("USER 10001")  # back to non-root before CMD
 
 
