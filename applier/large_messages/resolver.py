@@ -111,20 +111,22 @@ class LargeMessageResolver:
         def run() -> tuple[dict[int, RowEvent], int]:
             name = ev.claim_check_name
             assert name is not None
-            obj = f"claim-check object {name!r} (ccl {ev.claim_check_location!r}) in {store.describe()}"
             try:
                 data = store.read(name)
             except ObjectStoreError as exc:
                 raise LargeMessageUnavailable(
-                    f"{where(ev.pos)}: {obj}: {exc}; nothing from this record on is applied: restore the "
-                    "object (or correct claim_check_storage_uri) and start again",
+                    f"{where(ev.pos)}: claim-check reference (ccl {ev.claim_check_location!r}): {exc}; "
+                    "nothing from this record on is applied: restore the object (or correct "
+                    "claim_check_storage_uri) and start again",
                     ev.pos,
                 ) from None
             try:
                 row = row_from_object(data, ev, options)
             except BadClaimCheckObject as exc:
                 raise LargeMessageUnavailable(
-                    f"{where(ev.pos)}: {obj} is not the row the reference announced: {exc.reason}", ev.pos
+                    f"{where(ev.pos)}: claim-check object {name!r} in {store.describe()} is not the row "
+                    f"the reference announced: {exc.reason}",
+                    ev.pos,
                 ) from None
             return {index: row}, len(data)
 

@@ -3,8 +3,8 @@
 TiCDC's claim-check handling writes a message too large for Kafka to external storage, as
 ``<uuid>.json`` directly under the changefeed's ``claim-check-storage-uri``, and sends a small record
 naming its location instead. The applier reads the object from *its own* root
-(``claim_check_storage_uri``) by the location's base name only (:func:`object_name`): the location
-comes from the topic, and opening it as is would let anyone who can write to the topic make the
+(``claim_check_storage_uri``) by the location's base name only (``codec.events.claim_check_name``):
+the location comes from the topic, and opening it as is would let anyone who can write to the topic make the
 daemon read any local file or any bucket its credentials reach. It also lets the consumer mount the
 storage under another path than the producer.
 
@@ -65,7 +65,6 @@ __all__ = [
     "S3Location",
     "S3Store",
     "check_name",
-    "object_name",
     "open_store",
     "parse_uri",
     "redacted_uri",
@@ -139,16 +138,6 @@ def check_name(name: str) -> str:
     if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
         raise ValueError(f"not a plain object name: {name[:120]!r}")
     return name
-
-
-def object_name(location: str) -> str:
-    """The base name of a claim-check location from the stream (what follows its last ``/`` or ``\\``).
-
-    Only this name is ever read, under the configured root (see the module docstring for why).
-    Raises ValueError when nothing usable is left (``.../``, ``..``).
-    """
-    base = re.split(r"[/\\]", location)[-1]
-    return check_name(base)
 
 
 # --- retry policy --------------------------------------------------------------------------------

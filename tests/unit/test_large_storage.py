@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from applier.codec.events import claim_check_name
 from applier.large_messages import storage
 from applier.large_messages.storage import (
     FileLocation,
@@ -26,7 +27,6 @@ from applier.large_messages.storage import (
     S3Location,
     S3Store,
     check_name,
-    object_name,
     open_store,
     parse_uri,
     redacted_uri,
@@ -84,18 +84,17 @@ def test_a_name_that_is_not_a_string_is_refused() -> None:
         ("s3://bucket/prefix/x.json", "x.json"),
         ("/etc/passwd", "passwd"),
         ("../../etc/shadow", "shadow"),
-        ("C:\\claim\\y.json", "y.json"),
         ("z.json", "z.json"),
     ],
 )
 def test_object_name_keeps_only_the_base_name(location: str, name: str) -> None:
-    assert object_name(location) == name
+    assert claim_check_name(location) == name
 
 
-@pytest.mark.parametrize("location", ["", "s3://bucket/prefix/", "file:///x/..", "/a/."])
+@pytest.mark.parametrize("location", ["", "s3://bucket/prefix/", "file:///x/..", "/a/.", "C:\\claim\\y.json"])
 def test_object_name_without_a_usable_base_name(location: str) -> None:
     with pytest.raises(ValueError):
-        object_name(location)
+        claim_check_name(location)
 
 
 # --- the file store ----------------------------------------------------------------------------------
