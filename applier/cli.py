@@ -50,6 +50,31 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--topic", default="ticdc-sim", help="topic to produce into (created if missing)")
     _add_stream_options(simulate)
+    simulate.add_argument(
+        "--wide-rows",
+        action="store_true",
+        help="add a table of 300 KB to 2 MB values: events larger than --max-message-bytes",
+    )
+    simulate.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=1 << 20,
+        help="TiCDC max-message-bytes: larger row events are large messages (default 1048576)",
+    )
+    simulate.add_argument(
+        "--large-message",
+        choices=("claim-check", "handle-key-only"),
+        default=None,
+        help="TiCDC large-message-handle-option for them (default none: the stream fails as TiCDC does)",
+    )
+    simulate.add_argument(
+        "--claim-check-uri",
+        default="file:///var/lib/ticdc/claim-check",
+        help="claim-check-storage-uri written in references (default file:///var/lib/ticdc/claim-check)",
+    )
+    simulate.add_argument(
+        "--claim-check-dir", help="directory to write the claim-check objects to (created if missing)"
+    )
 
     demo = sub.add_parser(
         "demo", help="embedded broker + simulated stream + applier, end to end, then a check"

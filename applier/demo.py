@@ -39,6 +39,11 @@ def _stream_config(args: argparse.Namespace):
         late_first_copies=args.late_first_copies,
         ddl_lag=args.ddl_lag,
         partition_growth=args.partition_growth,
+        # Options of `simulate` only (the demo's applier reads every event whole).
+        large_message=getattr(args, "large_message", None),
+        claim_check_uri=getattr(args, "claim_check_uri", StreamConfig.claim_check_uri),
+        wide_rows=getattr(args, "wide_rows", False),
+        max_message_bytes=getattr(args, "max_message_bytes", StreamConfig.max_message_bytes),
     )
     try:
         cfg.validate()
@@ -50,17 +55,28 @@ def _stream_config(args: argparse.Namespace):
 def run_simulate_command(args: argparse.Namespace) -> int:
     """Produce a simulated stream into a topic: to test a deployment without TiDB and TiCDC."""
     from applier.kafka.embedded_broker import start_broker
-    from applier.simulator import format_summary, run_simulate
+    from applier.simulator import format_summary, produce_simulation, simulate, write_claim_check_objects
 
-    broker = None
+    cfg = _stream_config(args)
     bootstrap = args.kafka_bootstrap or os.environ.get("APPLIER_KAFKA_BOOTSTRAP")
+    if not bootstrap and not args.embedded:
+        print("applier: simulate needs --kafka-bootstrap (or --embedded)", file=sys.stderr)
+        return 2
+    try:
+        sim = simulate(cfg)
+    except ValueError as exc:  # an event over --max-message-bytes without --large-message
+        raise ConfigError(str(exc)) from exc
+    broker = None
     if args.embedded:
         broker = start_broker()
         bootstrap = broker.bootstrap
-    if not bootstrap:
-        print("applier: simulate needs --kafka-bootstrap (or --embedded)", file=sys.stderr)
-        return 2
-    sim = run_simulate(bootstrap, args.topic, _stream_config(args))
+    if args.claim_check_dir:
+        # Before the references are produced, as TiCDC stores an object before sending its reference.
+        written = write_claim_check_objects(sim, args.claim_check_dir)
+        print(f"wrote {written} claim-check objects to {args.claim_check_dir}")
+    elif sim.claim_check_objects:
+        print(f"{len(sim.claim_check_objects)} claim-check objects not written (no --claim-check-dir)")
+    produce_simulation(bootstrap, args.topic, sim)
     print(format_summary(sim))
     print(f"produced to topic {args.topic!r} at {bootstrap}")
     if broker is not None:

@@ -14,15 +14,25 @@ Typical use::
 
 ``StreamConfig(**PRODUCER_MODES["all-new"])`` and the other named modes reproduce the orders
 real TiCDC producers send (architecture, partitioned tables, late first copies, replays).
+``StreamConfig(wide_rows=True, large_message="claim-check")`` adds rows too large for one Kafka
+message, sent as claim-check references; ``write_claim_check_objects(sim, directory)`` writes the
+objects they name.
 
 Modules: ``tables`` (table definitions and TiCDC column metadata), ``values`` (random values),
 ``workload`` (the upstream model), ``golang`` and ``encoder`` (the wire format), ``stream``
 (dispatch, batching, broadcasts, replays), ``producer`` (Kafka), ``verify`` (downstream check).
 """
 
-from applier.simulator.producer import ProduceError, ensure_topic, produce_simulation, run_simulate
+from applier.simulator.producer import (
+    ProduceError,
+    ensure_topic,
+    produce_simulation,
+    run_simulate,
+    write_claim_check_objects,
+)
 from applier.simulator.stream import (
     PRODUCER_MODES,
+    LargeMessage,
     SimEvent,
     SimRecord,
     Simulation,
@@ -34,6 +44,7 @@ from applier.simulator.verify import compare_downstream
 
 __all__ = [
     "PRODUCER_MODES",
+    "LargeMessage",
     "ProduceError",
     "SimEvent",
     "SimRecord",
@@ -45,4 +56,5 @@ __all__ = [
     "produce_simulation",
     "run_simulate",
     "simulate",
+    "write_claim_check_objects",
 ]

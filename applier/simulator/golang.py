@@ -9,7 +9,9 @@ behaviour:
 * :func:`go_quote` - ``strconv.Quote`` without the outer quotes, used for BINARY/VARBINARY values;
 * :func:`go_float` - how ``encoding/json`` prints a float64 or float32;
 * :func:`go_json` - ``json.Marshal`` for the plain values the encoder builds (dicts keep the order
-  the caller gives them; Go sorts map keys, so callers sort where TiCDC uses a map).
+  the caller gives them; Go sorts map keys, so callers sort where TiCDC uses a map);
+* :func:`go_json_fields` - an object written field by field, as TiCDC v9's JSON writer does,
+  which may repeat a field name.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import math
 import re
 import struct
 import unicodedata
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["Float32", "go_float", "go_json", "go_quote", "go_string"]
+__all__ = ["Float32", "go_float", "go_json", "go_json_fields", "go_quote", "go_string"]
 
 _HEX = "0123456789abcdef"
 
@@ -210,4 +213,18 @@ def go_json(value: Any) -> bytes:
     """Compact JSON like Go's ``json.Marshal``: no spaces, dict order as given, UTF-8 bytes."""
     out: list[str] = []
     _write(value, out)
+    return "".join(out).encode("utf-8")
+
+
+def go_json_fields(fields: Sequence[tuple[str, Any]]) -> bytes:
+    """A compact JSON object of ``fields`` in the given order, repeated names kept (a dict cannot
+    hold them): what a writer emitting one field after another produces."""
+    out: list[str] = ["{"]
+    for index, (name, item) in enumerate(fields):
+        if index:
+            out.append(",")
+        out.append(go_string(name))
+        out.append(":")
+        _write(item, out)
+    out.append("}")
     return "".join(out).encode("utf-8")

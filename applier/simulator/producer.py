@@ -4,11 +4,15 @@ The records already encode the simulated faults (replays, duplicates), so the Ka
 itself must add none: it runs idempotent (no duplicates or reordering from its own retries), sends
 each record to the partition the simulation chose, and fails loudly if any record is not
 acknowledged - a half-produced stream would make every later check meaningless.
+
+The claim-check objects of large events go to a directory (:func:`write_claim_check_objects`),
+where TiCDC's external storage would hold them; tests upload them elsewhere themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from applier.simulator.stream import SimRecord, Simulation, StreamConfig, simulate
 
@@ -110,3 +114,14 @@ def run_simulate(bootstrap: str, topic: str, cfg: StreamConfig) -> Simulation:
     sim = simulate(cfg)
     produce_simulation(bootstrap, topic, sim)
     return sim
+
+
+def write_claim_check_objects(sim: Simulation, directory: str | Path) -> int:
+    """Write every claim-check object of ``sim`` as ``directory/<name>`` (the directory is
+    created if missing); returns how many. A consumer finds them there by the base name of a
+    reference's ``ccl``, whatever storage URI the producer wrote in it."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    for name, data in sim.claim_check_objects.items():
+        (root / name).write_bytes(data)
+    return len(sim.claim_check_objects)

@@ -42,6 +42,13 @@ each a :class:`StreamConfig` option; :data:`PRODUCER_MODES` names ready-made com
 * with replays, also single spans re-created from their own checkpoint, which re-send only their
   part of a transaction's rows (partial first copies).
 
+Large messages (docs/open-protocol.md §7.2), with ``large_message`` set: a row event larger than
+``max_message_bytes`` as TiCDC measures it travels in its record as a claim-check reference (the
+full event is stored as an object in :attr:`Simulation.claim_check_objects`, the key names it in
+``ccl``) or with its handle-key columns only (``ohk``). A record sent twice carries the same
+reference; a restart encodes the event again, which stores it once more under a new name.
+``wide_rows`` adds a table whose rows make such events.
+
 The result, a :class:`Simulation`, keeps the records in production order and can tell what the
 upstream looked like at any ts, which is what a downstream must converge to.
 """
@@ -52,10 +59,25 @@ import random
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn
 
-from applier.simulator.encoder import EncoderOptions, encode_event, frame, framed_size
+from applier.simulator.encoder import (
+    CLAIM_CHECK,
+    HANDLE_KEY_ONLY,
+    LARGE_MESSAGE_OPTIONS,
+    EncoderOptions,
+    claim_check_location,
+    claim_check_name,
+    claim_check_object,
+    compress,
+    encode_event,
+    event_size,
+    frame,
+    framed_size,
+    handle_key_value_json,
+    key_json,
+)
 from applier.simulator.tables import (
     DDL_ADD_COLUMN,
     DDL_CREATE_SCHEMA,
@@ -103,6 +125,11 @@ class StreamConfig:
     ddl_lag: bool = False  # the ALTER is written late: other tables' newer rows precede it
     partition_growth: bool = False  # half the partitions used at first, then all (keys re-hashed)
     huge_transaction: int = 0  # rows of the two bulk transactions (a third and two thirds in), 0: none
+    # TiCDC's large-message-handle-option for row events over max_message_bytes: None (the
+    # changefeed fails, so does the simulation), "claim-check" or "handle-key-only".
+    large_message: str | None = None
+    claim_check_uri: str = "file:///var/lib/ticdc/claim-check"  # claim-check-storage-uri, for "ccl"
+    wide_rows: bool = False  # add the table "wide": rows of 300 KB to a few MB, about 1 txn in 10
 
     def validate(self) -> None:
         """Raise ValueError for settings no TiCDC changefeed could have."""
@@ -120,6 +147,18 @@ class StreamConfig:
             raise ValueError("schema must not be empty")
         if self.partition_growth and self.partitions < 2:
             raise ValueError("partition_growth needs at least 2 partitions")
+        if self.max_message_bytes < 1:
+            raise ValueError("max_message_bytes must be at least 1")
+        if self.large_message is not None:
+            if self.large_message not in LARGE_MESSAGE_OPTIONS:
+                raise ValueError(
+                    f"large_message must be None or one of {LARGE_MESSAGE_OPTIONS}, "
+                    f"not {self.large_message!r}"
+                )
+            if self.legacy_strings:
+                raise ValueError("large_message is impossible with legacy_strings: TiCDC < 4.0.5 had none")
+            if self.large_message == CLAIM_CHECK and not self.claim_check_uri:
+                raise ValueError("large_message 'claim-check' needs a claim_check_uri")
         # EncoderOptions checks the compression name, the architecture, and rid against it.
         EncoderOptions(
             compression=self.compression, row_ids=bool(self.row_ids), architecture=self.architecture
@@ -237,6 +276,22 @@ class SimEvent:
         return UPDATE if self.old else INSERT
 
 
+@dataclass(frozen=True, slots=True)
+class LargeMessage:
+    """How a row event too large for max_message_bytes travels in its record.
+
+    ``option`` is "claim-check" (a reference: the full event is the object ``object_name`` of
+    :attr:`Simulation.claim_check_objects`, the key's ``ccl`` is ``location``) or
+    "handle-key-only" (the key has ``ohk`` true). Either way the value holds only the handle-key
+    columns; the record's :class:`SimEvent` is still the full event, what a consumer gets back
+    by reading the object (or, for handle-key-only, the upstream as of the commit ts).
+    """
+
+    option: str
+    location: str | None = None
+    object_name: str | None = None
+
+
 @dataclass(slots=True)
 class SimRecord:
     """One Kafka record: its partition, its bytes and the events it carries."""
@@ -249,6 +304,9 @@ class SimRecord:
     # after a failed produce also sends the first copy of the rows that were lost.
     replay: bool = False
     duplicate: bool = False  # a byte-identical second copy of an earlier record
+    # None when every event travels whole; else one entry per event: None for a whole one, how a
+    # large one was sent otherwise.
+    large: list[LargeMessage | None] | None = None
 
 
 @dataclass(slots=True)
@@ -273,6 +331,9 @@ class Simulation:
     ddl_events: list[SimEvent]  # first copies, in commit order
     commit_ts: list[int]  # commit ts of the transactions that changed something
     steps: list[_Step] = field(repr=False, default_factory=list)
+    # Claim-check objects in the order they were written: name (a UUID plus ".json") -> content.
+    # More than the references: a re-sent event is stored again, a lost record's stays behind.
+    claim_check_objects: dict[str, bytes] = field(repr=False, default_factory=dict)
 
     @property
     def schema(self) -> str:
@@ -377,9 +438,13 @@ class Simulation:
     def summary(self) -> dict[str, Any]:
         """Counts a user (or the CLI) wants to see after producing the stream."""
         kinds: Counter[str] = Counter()
+        large: Counter[str] = Counter()
         for rec in self.records:
             for ev in rec.events:
                 kinds[ev.row_kind if ev.kind == "row" else ev.kind] += 1  # type: ignore[index]
+            for form in rec.large or ():
+                if form is not None:
+                    large[form.option] += 1
         final = self.expected_snapshot(self.final_resolved_ts)
         return {
             "schema": self.schema,
@@ -392,6 +457,10 @@ class Simulation:
             "late_first_copies": sum(rec.replay for rec, _ in self._first_deliveries()),
             "transactions": len(self.commit_ts),
             "events": dict(sorted(kinds.items())),
+            "claim_check_references": large[CLAIM_CHECK],
+            "handle_key_only_events": large[HANDLE_KEY_ONLY],
+            "claim_check_objects": len(self.claim_check_objects),
+            "claim_check_bytes": sum(len(data) for data in self.claim_check_objects.values()),
             "ddl": [ev.ddl_query for ev in self.ddl_events],
             "resolved_points": len(self.resolved_points),
             "final_resolved_ts": self.final_resolved_ts,
@@ -404,6 +473,14 @@ def format_summary(sim: Simulation) -> str:
     s = sim.summary()
     events = ", ".join(f"{k} {v}" for k, v in s["events"].items())
     rows = ", ".join(f"{t} {n}" for t, n in s["rows_at_end"].items())
+    large = []
+    if s["claim_check_references"] or s["claim_check_objects"]:
+        large.append(
+            f"large events (all copies): {s['claim_check_references']} claim-check references, "
+            f"{s['claim_check_objects']} objects ({s['claim_check_bytes']} bytes)"
+        )
+    if s["handle_key_only_events"]:
+        large.append(f"large events (all copies): {s['handle_key_only_events']} handle-key-only")
     return "\n".join(
         [
             f"schema {s['schema']!r}: {s['transactions']} transactions, {len(s['ddl'])} DDL statements",
@@ -411,6 +488,7 @@ def format_summary(sim: Simulation) -> str:
             f"{s['architecture']} architecture), {s['replayed_records']} replayed, "
             f"{s['duplicate_records']} duplicated, {s['late_first_copies']} late first copies",
             f"events (all copies): {events}",
+            *large,
             f"{s['resolved_points']} resolved broadcasts; final resolved ts {s['final_resolved_ts']}",
             f"rows upstream at the final resolved ts: {rows}",
         ]
@@ -510,6 +588,8 @@ class _Entry:
     partition: int = -1  # the Kafka partition of a row (broadcasts go everywhere)
     span: Span | None = None  # None for DDL and resolved events
     seq: int = 0  # for rows: the order in which the sink received them
+    large: LargeMessage | None = None  # how a row over max_message_bytes travels
+    stored: bytes = b""  # for a claim-check reference: the object (stored again on a re-send)
 
 
 class _Emitter:
@@ -538,18 +618,53 @@ class _Emitter:
         self.records: list[SimRecord] = []
         self._recent: list[list[SimRecord]] = [[] for _ in range(cfg.partitions)]
         self._seq = 0
+        self.objects: dict[str, bytes] = {}  # claim-check objects written
+        # Object names come from their own generator, seeded from the seed: drawing them leaves
+        # the rest of the stream as it is with the other options (the same seed, the same events).
+        self.names = random.Random(f"claim-check {cfg.seed}")
         self.faults = cfg.replays  # duplicates on; switched off for the closing broadcast
         # Partitions the producer writes to: rows are hashed over them, broadcasts reach them.
         self.used = max(1, cfg.partitions // 2) if cfg.partition_growth else cfg.partitions
 
     def entry(self, event: SimEvent) -> _Entry:
+        """An event encoded as TiCDC's encoder does; a row over max_message_bytes as the
+        large-message option says (a claim-check object is written now, before any produce)."""
         key, value = encode_event(event, self.opts)
-        if framed_size([(key, value)]) > self.cfg.max_message_bytes:
-            raise ValueError(
-                f"a single event of {event.schema}.{event.table} at ts {event.commit_ts} exceeds "
-                f"max_message_bytes ({self.cfg.max_message_bytes}); TiCDC fails the changefeed here"
-            )
-        return _Entry(event, key, value)
+        if event_size(key, value) <= self.cfg.max_message_bytes:
+            return _Entry(event, key, value)
+        if event.kind != "row" or self.cfg.large_message is None:
+            self._too_large(event, "")
+        reduced = compress(handle_key_value_json(event, self.opts), self.opts.compression)
+        if self.cfg.large_message == CLAIM_CHECK:
+            return self._claim_check(_Entry(event, key, reduced, stored=claim_check_object(key, value)))
+        key = key_json(event, self.opts, handle_key_only=True)
+        if event_size(key, reduced) > self.cfg.max_message_bytes:
+            self._too_large(event, " even with its handle-key columns only")
+        return _Entry(event, key, reduced, large=LargeMessage(HANDLE_KEY_ONLY))
+
+    def _claim_check(self, entry: _Entry) -> _Entry:
+        """Store ``entry.stored`` under a new name and return the reference to it: ``entry`` with
+        the key naming the object (the value, the handle-key columns, stays the same)."""
+        name = claim_check_name(self.names)
+        self.objects[name] = entry.stored
+        location = claim_check_location(self.cfg.claim_check_uri, name)
+        key = key_json(entry.event, self.opts, claim_check=location)
+        if event_size(key, entry.value) > self.cfg.max_message_bytes:
+            self._too_large(entry.event, " even as a claim-check reference")
+        return replace(entry, key=key, large=LargeMessage(CLAIM_CHECK, location, name))
+
+    def _too_large(self, event: SimEvent, how: str) -> NoReturn:
+        raise ValueError(
+            f"a single event of {event.schema}.{event.table} at ts {event.commit_ts} exceeds "
+            f"max_message_bytes ({self.cfg.max_message_bytes}){how}; TiCDC fails the changefeed here"
+        )
+
+    def _reencoded(self, entry: _Entry) -> _Entry:
+        """A row as a restarted producer encodes it again: a claim-check reference names a new
+        object (TiCDC draws a new name and writes the event again); everything else is unchanged."""
+        if entry.large is None or entry.large.option != CLAIM_CHECK:
+            return entry
+        return self._claim_check(entry)
 
     # -- rows: span, then the sink's batch ----------------------------------------------------
 
@@ -675,7 +790,15 @@ class _Emitter:
 
     def _emit(self, partition: int, entries: list[_Entry], *, replay: bool = False) -> None:
         key, value = frame([(e.key, e.value) for e in entries])
-        rec = SimRecord(partition, key, value, [e.event for e in entries], replay=replay)
+        large = [e.large for e in entries]
+        rec = SimRecord(
+            partition,
+            key,
+            value,
+            [e.event for e in entries],
+            replay=replay,
+            large=large if any(large) else None,
+        )
         self.records.append(rec)
         delivered = self.delivered[partition]
         for e in entries:
@@ -695,13 +818,20 @@ class _Emitter:
             orig = self.rng.choice(recent)
             self.records.append(
                 SimRecord(
-                    partition, orig.key, orig.value, list(orig.events), replay=orig.replay, duplicate=True
+                    partition,
+                    orig.key,
+                    orig.value,
+                    list(orig.events),
+                    replay=orig.replay,
+                    duplicate=True,
+                    large=None if orig.large is None else list(orig.large),
                 )
             )
 
     def _resend(self, partition: int, checkpoint: _Entry, entries: list[_Entry]) -> None:
         """A restart on one partition: the checkpoint's resolved ts, then ``entries`` in order,
-        re-batched (rows of several spans may share a record again, DDLs travel alone)."""
+        re-batched (rows of several spans may share a record again, DDLs travel alone). The
+        restarted encoder writes claim-check objects again, under new names."""
         self._emit(partition, [checkpoint], replay=True)
         batch: list[_Entry] = []
         cap = self.rng.randint(1, self.cfg.max_batch_size)
@@ -712,6 +842,7 @@ class _Emitter:
                     batch = []
                 self._emit(partition, [entry], replay=True)
                 continue
+            entry = self._reencoded(entry)
             if batch and (len(batch) >= cap or _size([*batch, entry]) > self.cfg.max_message_bytes):
                 self._emit(partition, batch, replay=True)
                 batch = []
@@ -801,7 +932,9 @@ def simulate(cfg: StreamConfig) -> Simulation:
         else 1_700_000_000_000 + rng.randint(0, 10**10)
     )
     clock = TsoClock(rng, start_ms)
-    upstream = Upstream(rng, include_keyless=cfg.include_keyless, partitioned=cfg.partitioned)
+    upstream = Upstream(
+        rng, include_keyless=cfg.include_keyless, partitioned=cfg.partitioned, wide=cfg.wide_rows
+    )
     emitter = _Emitter(cfg, rng)
     steps: list[_Step] = []
     ddl_events: list[SimEvent] = []
@@ -919,4 +1052,5 @@ def simulate(cfg: StreamConfig) -> Simulation:
         ddl_events=ddl_events,
         commit_ts=commit_ts,
         steps=steps,
+        claim_check_objects=emitter.objects,
     )

@@ -482,18 +482,40 @@ def bulk_table() -> TableSpec:
     return TableSpec(BULK_TABLE, cols, indexes)
 
 
-def workload_tables(include_keyless: bool = True, partitioned: bool = False) -> list[TableSpec]:
+WIDE_TABLE = "wide"
+
+
+def _wide() -> TableSpec:
+    """Rows of several hundred kilobytes to a few megabytes: events larger than max-message-bytes,
+    which TiCDC sends as claim-check references or with their handle-key columns only."""
+    b = True
+    cols = (
+        int_column("id", "BIGINT", nullable=False, int_range=(1, 2**40)),
+        ColumnSpec("title", "VARCHAR(64)", TYPE_VARCHAR, Kind.TEXT, max_len=64),
+        ColumnSpec("body", "LONGTEXT", TYPE_LONG_BLOB, Kind.TEXT_BLOB, max_len=2**32 - 1),
+        ColumnSpec("data", "LONGBLOB", TYPE_LONG_BLOB, Kind.BLOB, binary_charset=b, max_len=2**32 - 1),
+        ColumnSpec("note", "MEDIUMTEXT", TYPE_MEDIUM_BLOB, Kind.TEXT_BLOB, max_len=2**24 - 1),
+    )
+    return TableSpec(WIDE_TABLE, cols, (IndexSpec("PRIMARY", ("id",), primary=True),))
+
+
+def workload_tables(
+    include_keyless: bool = True, partitioned: bool = False, wide: bool = False
+) -> list[TableSpec]:
     """The simulated tables at their initial version, in creation order.
 
     ``keyless`` is left out when the changefeed settings make keyless tables impossible to
     replicate (TiCDC requires the old value for them and cannot send a handle-key-only delete).
-    ``ptbl`` (``PARTITION BY HASH``, four physical partitions) is added when ``partitioned``.
+    ``ptbl`` (``PARTITION BY HASH``, four physical partitions) is added when ``partitioned``,
+    ``wide`` (multi-megabyte TEXT and BLOB values) when ``wide``.
     """
     tables = [_all_types(), _composite(), _uniq_only()]
     if include_keyless:
         tables.append(_keyless())
     if partitioned:
         tables.append(_ptbl())
+    if wide:
+        tables.append(_wide())
     return tables
 
 

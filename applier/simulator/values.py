@@ -33,6 +33,16 @@ _BYTE_PIECES = (
     "\ufffd".encode(), b"\\", b'"', b"'", b"\x00", b"\x07", b"\x0b", b"\x7f", b"\x1b[0m", b"plain",
 )  # fmt: skip
 
+# Wide values are drawn a byte at a time and mapped to characters through this table: mostly
+# ASCII, with multi-byte UTF-8 (two to four bytes), NUL, controls, quotes and backslashes mixed in.
+_WIDE_PIECES = (
+    "é", "ß", "Ω", "ж", "漢", "字", "😀", "𝄞", "\u2028", "\ufeff", "\x00", "\n", "\t", "\r", "'", '"',
+    "\\", "<", "&", "\x7f",
+)  # fmt: skip
+_WIDE_ASCII = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,-"
+_WIDE_TEXT_TABLE = dict(enumerate([*(_WIDE_ASCII * 4)[: 256 - len(_WIDE_PIECES)], *_WIDE_PIECES]))
+_WIDE_TEXT_BYTES_PER_256 = sum(len(piece.encode()) for piece in _WIDE_TEXT_TABLE.values())
+
 _TIMESTAMP_MIN = dt.datetime(1970, 1, 1, 0, 0, 1)
 _TIMESTAMP_MAX = dt.datetime(2038, 1, 19, 3, 14, 7)
 _DATE_MIN = dt.date(1000, 1, 1)
@@ -196,6 +206,22 @@ class ValueGenerator:
             else:
                 out += rng.randbytes(rng.randint(1, 8))
         return bytes(out[:target])
+
+    def wide_text(self, size: int) -> str:
+        """Text of exactly ``size`` UTF-8 bytes (multi-byte characters included), drawn fast enough
+        for megabytes: random bytes mapped through a table of characters. Now and then a short
+        random paragraph repeated, which compresses well, unlike the rest."""
+        rng = self.rng
+        if rng.random() < 0.3:
+            paragraph = self.wide_text(rng.randint(200, 2000)) + "\n"
+            text = paragraph * max(1, size // len(paragraph.encode()))
+        else:
+            chars = max(1, size * 256 // _WIDE_TEXT_BYTES_PER_256)
+            text = rng.randbytes(chars).decode("latin-1").translate(_WIDE_TEXT_TABLE)
+        excess = len(text.encode()) - size
+        if excess > 0:
+            text = text[: max(0, len(text) - excess)]  # each character is at least one byte
+        return text + "x" * (size - len(text.encode()))
 
     def blob_limit(self, col: ColumnSpec) -> int:
         """Mostly small values; rarely one just above 64 KiB for the MEDIUM/LONG types."""

@@ -17,7 +17,9 @@ transaction first. :func:`Upstream.commit` returns changes in that final form.
 The partitioned table ``ptbl`` (when asked for) is written several rows at a time, so that a
 transaction touches several physical partitions; changing its primary key moves a row to another
 partition: a DELETE in one physical partition and an INSERT in another. ``late_tbl`` is created
-mid-stream (:meth:`Upstream.add_table`) and written from then on.
+mid-stream (:meth:`Upstream.add_table`) and written from then on. ``wide`` (when asked for) holds
+a handful of rows of several hundred kilobytes to a few megabytes, inserted, updated, deleted and
+moved to another key by about one transaction in ten: events too large for one Kafka message.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from applier.simulator.tables import (
     BULK_TABLE,
     LATE_TABLE,
     PARTITIONED_TABLE,
+    WIDE_TABLE,
     ColumnSpec,
     Kind,
     TableSpec,
@@ -48,6 +51,8 @@ UPDATE = "update"
 DELETE = "delete"
 
 _MAX_ROWS = 40  # per table: keeps tables (and snapshots) small so streams stay fast to check
+_WIDE_KEYS = 5  # ids of wide rows: few, so that the same keys are updated, deleted and reused
+_WIDE_CHANCE = 0.1  # per random transaction: it also writes one wide row
 _COMPOSITE_B = ("k0", "k1", "k2", "k3", "x y", "ключ", "漢字", "a-b", "Z", "z")
 
 
@@ -79,11 +84,18 @@ class Upstream:
     """In-memory upstream tables plus a seeded generator of transactions against them."""
 
     def __init__(
-        self, rng: random.Random, *, include_keyless: bool = True, partitioned: bool = False
+        self,
+        rng: random.Random,
+        *,
+        include_keyless: bool = True,
+        partitioned: bool = False,
+        wide: bool = False,
     ) -> None:
         self.rng = rng
         self.values = ValueGenerator(rng)
-        self.specs: dict[str, TableSpec] = {t.name: t for t in workload_tables(include_keyless, partitioned)}
+        self.specs: dict[str, TableSpec] = {
+            t.name: t for t in workload_tables(include_keyless, partitioned, wide)
+        }
         # row key -> row; the row key is the primary-key tuple (clustered) or the hidden rowid.
         self.rows: dict[str, dict[Any, Row]] = {name: {} for name in self.specs}
         self._next_rowid = 1
@@ -146,6 +158,8 @@ class Upstream:
         ops, weights = zip(*weighted, strict=True)
         for op in self.rng.choices(ops, weights, k=self.rng.randint(1, 6)):
             op()
+        if WIDE_TABLE in self.specs and self.rng.random() < _WIDE_CHANCE:
+            self._op_wide()
         return self.commit()
 
     def bulk_transaction(self, rows: int) -> list[RowChange]:
@@ -598,3 +612,64 @@ class Upstream:
         picked = self._pick(LATE_TABLE)
         if picked is not None:
             del self._table(LATE_TABLE)[picked[0]]
+
+    # -- wide (BIGINT primary key; LONGTEXT, LONGBLOB and MEDIUMTEXT of up to megabytes) -------
+
+    def _wide_row(self, row_id: int) -> Row:
+        """A row whose large columns hold 300 KB to 2 MB each (or NULL, or a short value)."""
+        spec = self.specs[WIDE_TABLE]
+        row = {c.name: None for c in spec.columns}
+        row["id"] = row_id
+        row["title"] = self.values.value(spec.column("title"))
+        row["body"] = self._wide_value("body", null=0.05, short=0.05)
+        row["data"] = self._wide_value("data", null=0.3, short=0.3)
+        row["note"] = self._wide_value("note", null=0.4, short=0.4)
+        return row
+
+    def _wide_value(self, name: str, *, null: float, short: float) -> Any:
+        """NULL, a short value, or a large one: mostly below 700 KB, sometimes up to 2 MB (which
+        keeps a 200-transaction stream's claim-check objects around 100 MB)."""
+        rng = self.rng
+        roll = rng.random()
+        if roll < null:
+            return None
+        if roll < null + short:
+            size = rng.randint(0, 200)
+        elif rng.random() < 0.75:
+            size = rng.randint(300_000, 700_000)
+        else:
+            size = rng.randint(700_000, 2_000_000)
+        if name == "data":
+            return rng.randbytes(size)
+        return self.values.wide_text(size)
+
+    def _op_wide(self) -> None:
+        """One statement on a wide row: insert a free key, or update (some large columns), delete,
+        delete and insert again (one update for TiCDC), or move a row to a free key (a delete and
+        an insert, both large)."""
+        rng = self.rng
+        table = self._table(WIDE_TABLE)
+        key = (rng.randint(1, _WIDE_KEYS),)
+        row = table.get(key)
+        if row is None:
+            table[key] = self._wide_row(key[0])
+            return
+        roll = rng.random()
+        if roll < 0.55:
+            new = dict(row)
+            for name in rng.sample(["title", "body", "data", "note"], rng.randint(1, 2)):
+                if name == "title":
+                    new[name] = self.values.value(self.specs[WIDE_TABLE].column(name))
+                else:
+                    new[name] = self._wide_value(name, null=0.1, short=0.2)
+            table[key] = new
+        elif roll < 0.8:
+            del table[key]
+        elif roll < 0.9:
+            table[key] = self._wide_row(key[0])
+        else:
+            free = [k for k in range(1, _WIDE_KEYS + 1) if (k,) not in table]
+            if free:
+                del table[key]
+                moved = rng.choice(free)
+                table[(moved,)] = dict(row, id=moved)
