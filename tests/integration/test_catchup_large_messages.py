@@ -13,31 +13,21 @@ from applier.catchup.rows import ROW, load_images
 from applier.catchup.source import ReadSpec, read_range
 from applier.codec.decoder import DecoderOptions
 from applier.large_messages.settings import LargeMessageSettings, upstream_config
-from applier.simulator import StreamConfig, simulate, write_claim_check_objects
+from applier.simulator import write_claim_check_objects
 from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration import versioned_upstream
 from tests.integration.catchup_support import global_resolved_of, restore_backup, run_catchup_here
 from tests.integration.harness import Changefeed
-from tests.integration.test_daemon_large_messages import WIDE, _expected_digests, _wide_digests
+from tests.integration.test_daemon_large_messages import WIDE, expected_digests, large_stream, wide_digests
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _sim(feed: Changefeed, seed: int, large: str, compression: str):
-    return simulate(
-        StreamConfig(
-            seed=seed,
-            partitions=2,
-            transactions=60,
-            resolved_every=6,
-            schema=feed.new_schema(),
-            compression=compression,
-            large_message=large,
-            claim_check_uri="s3://producer-bucket/cc",
-            wide_rows=True,
-            max_message_bytes=256 << 10,
-        )
-    )
+    return large_stream(
+        feed, seed, large, compression, partitions=2, transactions=60, resolved_every=6,
+        claim_check_uri="s3://producer-bucket/cc",
+    )  # fmt: skip
 
 
 def test_catchup_reads_claim_check_objects_and_hands_over(feed: Changefeed, tmp_path: Path) -> None:
@@ -57,13 +47,13 @@ def test_catchup_reads_claim_check_objects_and_hands_over(feed: Changefeed, tmp_
     r = global_resolved_of(first)
     assert summary.resolved_ts == r
     assert feed.compare(sim, r) == []
-    assert _wide_digests(feed, sim.schema) == _expected_digests(sim, r)
+    assert wide_digests(feed, sim.schema) == expected_digests(sim, r)
 
     produce_records(feed.bootstrap, feed.topic, rest)
     done = feed.run_to_end(*options)
     assert done.returncode == 0, done.stdout + done.stderr
     assert feed.compare(sim, sim.final_resolved_ts) == []
-    assert _wide_digests(feed, sim.schema) == _expected_digests(sim, sim.final_resolved_ts)
+    assert wide_digests(feed, sim.schema) == expected_digests(sim, sim.final_resolved_ts)
 
 
 def test_catchup_stops_at_a_missing_object_without_writing(feed: Changefeed, tmp_path: Path) -> None:
