@@ -17,10 +17,12 @@ the checkpoint never passes it; a restart after the object is restored reads it 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +76,7 @@ class LargeMessageResolver:
         self.store = store
         self.upstream = upstream
         self.retry_seconds = retry_seconds
+        self._closed = threading.Event()  # set by close(): retry waits end at once
         self.log = get_logger(component="large-messages")
 
     def jobs(self, events: Sequence[Event]) -> list[_Job]:
@@ -154,7 +157,7 @@ class LargeMessageResolver:
                         pos,
                     ) from None
                 except UpstreamUnreachable as exc:
-                    if time.monotonic() + delay > deadline:
+                    if time.monotonic() + delay > deadline or self._closed.is_set():
                         pos = members[0][1].pos
                         raise LargeMessageUnavailable(
                             f"{where(pos)}: cannot read handle-key-only rows of `{schema}`.`{table}` from "
@@ -162,7 +165,7 @@ class LargeMessageResolver:
                             pos,
                         ) from None
                     self.log.warning("upstream unreachable, retrying", error=str(exc), retry_in=delay)
-                    time.sleep(delay)
+                    self._closed.wait(delay)
                     delay = min(delay * 2, 10.0)
             out: dict[int, RowEvent] = {}
             size = 0
@@ -198,6 +201,7 @@ class LargeMessageResolver:
         return "; ".join(parts) or "refused"
 
     def close(self) -> None:
+        self._closed.set()
         if self.upstream is not None:
             self.upstream.close()
 
@@ -229,7 +233,9 @@ class LargeMessageQueue:
         self.max_waiting_bytes = max_waiting_bytes
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="large-message")
         self._waiting: dict[int, deque[_Waiting]] = {}
-        self._bytes: dict[int, int] = {}
+        self._bytes: dict[int, int] = {}  # record bytes waiting, per partition
+        self._lock = threading.Lock()
+        self._fetched_waiting = 0  # bytes fetched for records not handed back yet
         self.fetched_bytes = 0
         self.resolved_events = 0
 
@@ -248,10 +254,17 @@ class LargeMessageQueue:
         """Queue a record; start its fetches. Raises LargeMessageNotConfigured (nothing queued)."""
         jobs = self.resolver.jobs(events)
         waiting = _Waiting(item, events, size, jobs)
-        for job in jobs:
-            job.future = self._pool.submit(job.run)
         self._waiting.setdefault(partition, deque()).append(waiting)
         self._bytes[partition] = self._bytes.get(partition, 0) + size
+        for job in jobs:
+            job.future = self._pool.submit(job.run)
+            job.future.add_done_callback(self._count_fetched)
+
+    def _count_fetched(self, future: Future) -> None:
+        """Bytes fetched and not fed yet count against the bound (a worker thread calls this)."""
+        if not future.cancelled() and future.exception() is None:
+            with self._lock:
+                self._fetched_waiting += future.result()[1]
 
     def ready(self) -> tuple[list[tuple[Any, list[Event], int]], list[LargeMessageError]]:
         """(records ready to feed: (item, events, bytes fetched)), failures) since the last call."""
@@ -272,9 +285,12 @@ class LargeMessageQueue:
                         fetched += n
                 except LargeMessageError as exc:
                     failures.append(exc)
+                    self._forget(head)
                     self.drop(partition)
                     break
                 self.fetched_bytes += fetched
+                with self._lock:
+                    self._fetched_waiting -= fetched
                 self.resolved_events += len(found)
                 events = [found.get(i, ev) for i, ev in enumerate(head.events)]
                 out.append((head.item, events, fetched))  # type: ignore[arg-type]
@@ -285,9 +301,6 @@ class LargeMessageQueue:
 
     def wait(self, timeout: float) -> None:
         """Block until some partition's first waiting record is finished, or ``timeout``."""
-        from concurrent.futures import FIRST_COMPLETED
-        from concurrent.futures import wait as wait_futures
-
         pending = [
             j.future
             for q in self._waiting.values()
@@ -300,17 +313,30 @@ class LargeMessageQueue:
 
     def over_limit(self) -> set[int]:
         """Partitions to stop reading: records are waiting on them and the total is over the bound."""
-        if sum(self._bytes.values()) <= self.max_waiting_bytes:
+        if sum(self._bytes.values()) + self._fetched_waiting <= self.max_waiting_bytes:
             return set()
         return set(self._waiting)
 
     def drop(self, partition: int) -> None:
         """Forget the partition's waiting records (after a failure: none of them is fed)."""
         for waiting in self._waiting.pop(partition, ()):
-            for job in waiting.jobs:
-                if job.future is not None:
-                    job.future.cancel()
+            self._forget(waiting)
         self._bytes.pop(partition, None)
+
+    def _forget(self, waiting: _Waiting) -> None:
+        """Cancel what has not run of a record's fetches; uncount what was fetched."""
+        fetched = 0
+        for job in waiting.jobs:
+            future = job.future
+            if future is None:
+                continue
+            if future.done():
+                if not future.cancelled() and future.exception() is None:
+                    fetched += future.result()[1]
+            else:
+                future.cancel()
+        with self._lock:
+            self._fetched_waiting -= fetched
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -14,7 +14,7 @@ that decoding what this module produces is a real test:
 * optional value compression (snappy raw block / lz4 frame), never on keys or resolved values;
 * record framing: key = 8-byte big-endian version 1 + (8-byte length + key JSON)*,
   value = (8-byte length + value JSON)*;
-* large messages (docs/open-protocol.md §7.2): an event's size as TiCDC measures it against
+* large messages (docs/open-protocol.md §9): an event's size as TiCDC measures it against
   ``max-message-bytes``, the key of a handle-key-only event (``ohk``) and of a claim-check
   reference (``ccl``), the value holding only the handle-key columns, and the claim-check object.
 

@@ -42,7 +42,7 @@ each a :class:`StreamConfig` option; :data:`PRODUCER_MODES` names ready-made com
 * with replays, also single spans re-created from their own checkpoint, which re-send only their
   part of a transaction's rows (partial first copies).
 
-Large messages (docs/open-protocol.md §7.2), with ``large_message`` set: a row event larger than
+Large messages (docs/open-protocol.md §9), with ``large_message`` set: a row event larger than
 ``max_message_bytes`` as TiCDC measures it travels in its record as a claim-check reference (the
 full event is stored as an object in :attr:`Simulation.claim_check_objects`, the key names it in
 ``ccl``) or with its handle-key columns only (``ohk``). A record sent twice carries the same

@@ -357,3 +357,46 @@ def test_waiting_bytes_over_the_bound_pause_the_partitions_that_hold_them() -> N
     finally:
         store.gate.set()
         queue.close()
+
+
+def test_fetched_bytes_not_fed_yet_count_against_the_bound() -> None:
+    store = MemoryStore({"abc.json": cc_object({"ts": 100, "scm": "s", "tbl": "w", "t": 1}, FULL)})
+    queue = LargeMessageQueue(
+        LargeMessageResolver(options=DecoderOptions(), store=store),  # type: ignore[arg-type]
+        max_waiting_bytes=100_000,
+    )
+    try:
+        queue.add(2, "small record, large object", [reference()], 50)
+        deadline = time.monotonic() + 5
+        while queue.over_limit() == set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert queue.over_limit() == {2}  # the 400 KB object waits in memory
+        done, _ = queue.ready()
+        assert len(done) == 1 and queue.over_limit() == set()
+    finally:
+        queue.close()
+
+
+def test_the_upstream_password_is_its_own_and_errors_say_upstream(tmp_path) -> None:
+    from applier.config import Config
+    from applier.downstream.url import DownstreamConfigError
+    from applier.large_messages.settings import LargeMessageSettings
+
+    cfg = Config({"upstream": "mysql://reader@tidb:4000/", "time_zone": "+08:00"})
+    env = {"APPLIER_DOWNSTREAM_PASSWORD": "down", "APPLIER_UPSTREAM_PASSWORD": "up"}
+    up = LargeMessageSettings.from_config(cfg, env=env).upstream
+    assert up is not None and up.password.reveal() == "up" and up.time_zone == "+08:00"
+    assert (
+        LargeMessageSettings.from_config(
+            cfg, env={"APPLIER_DOWNSTREAM_PASSWORD": "down"}
+        ).upstream.password.reveal()
+        == ""
+    )
+    pw = tmp_path / "pw"
+    pw.write_text("fromfile\n")
+    cfg = Config({"upstream": "mysql://reader@tidb:4000/", "upstream_password_file": str(pw)})
+    assert LargeMessageSettings.from_config(cfg, env={}).upstream.password.reveal() == "fromfile"
+    with pytest.raises(DownstreamConfigError, match="upstream URL") as err:
+        LargeMessageSettings.from_config(Config({"upstream": "http://reader:secret@tidb/"}), env={})
+    assert "secret" not in str(err.value)
+    assert not LargeMessageSettings.from_config(Config({}), env={}).configured

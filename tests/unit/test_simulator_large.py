@@ -4,7 +4,7 @@ TiCDC sends a row event whose size (key JSON + value as framed + 60 bytes of fra
 record overhead) exceeds max-message-bytes either as a claim-check reference (the full event
 stored as an object, the key naming it in "ccl") or with its handle-key columns only ("ohk").
 The records and objects are read back here with a parser written from docs/open-protocol.md
-(§1, §2, §7.2), independent of the project's decoder, and compared with the events the
+(§1, §2, §9), independent of the project's decoder, and compared with the events the
 simulator says it sent.
 """
 
