@@ -18,13 +18,14 @@ the checkpoint never passes it; a restart after the object is restored reads it 
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
+
+import tenacity
 
 from applier.codec.decoder import DecoderOptions
 from applier.codec.events import Event, LargeMessageEvent, Row, RowEvent, RowKind
@@ -143,30 +144,34 @@ class LargeMessageResolver:
 
         def run() -> tuple[dict[int, RowEvent], int]:
             keys = [_ohk_key(ev) for _i, ev in members]
-            deadline = time.monotonic() + self.retry_seconds
-            delay = 0.5
-            while True:
-                try:
-                    full = upstream.rows_as_of(ts, schema, table, keys)
-                    break
-                except UpstreamRowMissing as exc:
-                    pos = members[0][1].pos
-                    raise LargeMessageUnavailable(
-                        f"{where(pos)}: handle-key-only row of `{schema}`.`{table}` at commit ts {ts} "
-                        f"from upstream {upstream.describe()}: {exc}; nothing from this record on is applied",
-                        pos,
-                    ) from None
-                except UpstreamUnreachable as exc:
-                    if time.monotonic() + delay > deadline or self._closed.is_set():
-                        pos = members[0][1].pos
-                        raise LargeMessageUnavailable(
-                            f"{where(pos)}: cannot read handle-key-only rows of `{schema}`.`{table}` from "
-                            f"upstream (retried for {self.retry_seconds:.0f}s): {exc}",
-                            pos,
-                        ) from None
-                    self.log.warning("upstream unreachable, retrying", error=str(exc), retry_in=delay)
-                    self._closed.wait(delay)
-                    delay = min(delay * 2, 10.0)
+            pos = members[0][1].pos
+            retrying = tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(UpstreamUnreachable),
+                stop=tenacity.stop_after_delay(self.retry_seconds)
+                | tenacity.stop_when_event_set(self._closed),
+                wait=tenacity.wait_exponential(multiplier=0.5, max=10),
+                sleep=self._closed.wait,  # a stop ends the wait at once
+                before_sleep=lambda state: self.log.warning(
+                    "upstream unreachable, retrying",
+                    error=str(state.outcome.exception()) if state.outcome else None,
+                    attempt=state.attempt_number,
+                ),
+                reraise=True,
+            )
+            try:
+                full = retrying(upstream.rows_as_of, ts, schema, table, keys)
+            except UpstreamRowMissing as exc:
+                raise LargeMessageUnavailable(
+                    f"{where(pos)}: handle-key-only row of `{schema}`.`{table}` at commit ts {ts} "
+                    f"from upstream {upstream.describe()}: {exc}; nothing from this record on is applied",
+                    pos,
+                ) from None
+            except UpstreamUnreachable as exc:
+                raise LargeMessageUnavailable(
+                    f"{where(pos)}: cannot read handle-key-only rows of `{schema}`.`{table}` from "
+                    f"upstream (retried for {self.retry_seconds:.0f}s): {exc}",
+                    pos,
+                ) from None
             out: dict[int, RowEvent] = {}
             size = 0
             for (i, ev), new in zip(members, full, strict=True):

@@ -187,17 +187,6 @@ def test_a_missing_object_stops_before_it_and_a_restart_after_restoring_it_conve
     assert wide_digests(feed, sim.schema) == expected_digests(sim, sim.final_resolved_ts)
 
 
-def test_claim_check_without_the_setting_stops_naming_it(feed: Changefeed) -> None:
-    sim = large_stream(feed, 5, "claim-check", None, replays=False)
-    ensure_topic(feed.bootstrap, feed.topic, sim.config.partitions)
-    produce_records(feed.bootstrap, feed.topic, sim.records)
-    done = feed.run_to_end()
-    out = done.stdout + done.stderr
-    assert done.returncode == 1 and "--claim-check-storage-uri" in out and "offset" in out
-    resolved, _ = feed.checkpoint()
-    assert feed.compare(sim, feed.snapshot_ts(resolved)) == []
-
-
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])
 def test_handle_key_only_rows_are_read_upstream_as_of_their_commit_ts(
     feed: Changefeed, mode: str, downstream_url: str
@@ -213,12 +202,23 @@ def test_handle_key_only_rows_are_read_upstream_as_of_their_commit_ts(
     assert _check_every_resolved_ts(feed, sim) >= 4
 
 
-def test_handle_key_only_without_upstream_stops_naming_the_setting(feed: Changefeed) -> None:
-    sim = large_stream(feed, 10, "handle-key-only", None, replays=False)
+@pytest.mark.parametrize(
+    ("large", "setting"),
+    [("claim-check", "--claim-check-storage-uri"), ("handle-key-only", "APPLIER_UPSTREAM_PASSWORD")],
+)
+def test_without_the_setting_it_stops_naming_it(feed: Changefeed, large: str, setting: str) -> None:
+    sim = large_stream(feed, 5, large, None, replays=False)
     ensure_topic(feed.bootstrap, feed.topic, sim.config.partitions)
     produce_records(feed.bootstrap, feed.topic, sim.records)
     done = feed.run_to_end()
     out = done.stdout + done.stderr
-    assert done.returncode == 1 and "--upstream" in out and "APPLIER_UPSTREAM_PASSWORD" in out
+    assert done.returncode == 1 and setting in out and "offset" in out, out
     resolved, _ = feed.checkpoint()
+    first_large = min(
+        ev.commit_ts
+        for rec in sim.records
+        for ev, lm in zip(rec.events, rec.large or (), strict=False)
+        if lm is not None
+    )
+    assert resolved < first_large
     assert feed.compare(sim, feed.snapshot_ts(resolved)) == []
