@@ -17,6 +17,7 @@ the checkpoint never passes it; a restart after the object is restored reads it 
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -47,6 +48,21 @@ class _Job:
 
     run: Callable[[], tuple[dict[int, RowEvent], int]]
     future: Future | None = None
+    dropped: bool = False  # its record was dropped before the job started
+
+
+def row_bytes(row: RowEvent) -> int:
+    """Memory held by the string and bytes values of a resolved row (both images): what it adds
+    to the row cache beyond its record's bytes. Counted as Python holds them (a text of accented
+    or CJK characters takes 2 to 4 bytes a character), not as fetched (compressed)."""
+    total = 0
+    for img in (row.new, row.old):
+        if img:
+            for col in img.values():
+                v = col["v"]
+                if type(v) is str or type(v) is bytes:
+                    total += sys.getsizeof(v)
+    return total
 
 
 def _ohk_key(ev: LargeMessageEvent) -> Row:
@@ -132,7 +148,7 @@ class LargeMessageResolver:
                     f"the reference announced: {exc.reason}",
                     ev.pos,
                 ) from None
-            return {index: row}, len(data)
+            return {index: row}, row_bytes(row)
 
         return run
 
@@ -173,7 +189,6 @@ class LargeMessageResolver:
                     pos,
                 ) from None
             out: dict[int, RowEvent] = {}
-            size = 0
             for (i, ev), new in zip(members, full, strict=True):
                 ref = ev.row
                 assert ref is not None
@@ -181,8 +196,7 @@ class LargeMessageResolver:
                 if old is not None and old.keys() != new.keys():
                     old = {**{n: c for n, c in new.items() if n not in old}, **old}
                 out[i] = RowEvent(ts, schema, table, ref.kind, new, old, ref.partition_id, ev.pos, ref.row_id)
-                size += sum(len(c["v"]) for c in new.values() if isinstance(c["v"], str | bytes))
-            return out, size
+            return out, sum(row_bytes(r) for r in out.values())
 
         return run
 
@@ -235,8 +249,11 @@ class LargeMessageQueue:
         self, resolver: LargeMessageResolver, *, workers: int = 8, max_waiting_bytes: int = 256 << 20
     ) -> None:
         self.resolver = resolver
+        self.workers = workers
         self.max_waiting_bytes = max_waiting_bytes
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="large-message")
+        self._unstarted: deque[_Job] = deque()  # jobs not handed to the pool yet, in arrival order
+        self._running = 0  # jobs handed to the pool and not finished
         self._waiting: dict[int, deque[_Waiting]] = {}
         self._bytes: dict[int, int] = {}  # record bytes waiting, per partition
         self._lock = threading.Lock()
@@ -261,18 +278,37 @@ class LargeMessageQueue:
         waiting = _Waiting(item, events, size, jobs)
         self._waiting.setdefault(partition, deque()).append(waiting)
         self._bytes[partition] = self._bytes.get(partition, 0) + size
-        for job in jobs:
+        self._unstarted.extend(jobs)
+        self._start_jobs()
+
+    def _start_jobs(self) -> None:
+        """Hand jobs to the pool in arrival order while fewer than ``workers`` run and what was
+        fetched and not fed yet is under the bound, so memory stays within ``max_waiting_bytes``
+        plus what the running jobs read. Never stuck: the jobs that started first belong to the
+        oldest records, whose rows are fed (and uncounted) as soon as they are done."""
+        while self._unstarted:
+            with self._lock:
+                if self._running >= self.workers or self._fetched_waiting >= self.max_waiting_bytes:
+                    return
+                self._running += 1
+            job = self._unstarted.popleft()
+            if job.dropped:
+                with self._lock:
+                    self._running -= 1
+                continue
             job.future = self._pool.submit(job.run)
             job.future.add_done_callback(self._count_fetched)
 
     def _count_fetched(self, future: Future) -> None:
         """Bytes fetched and not fed yet count against the bound (a worker thread calls this)."""
-        if not future.cancelled() and future.exception() is None:
-            with self._lock:
+        with self._lock:
+            self._running -= 1
+            if not future.cancelled() and future.exception() is None:
                 self._fetched_waiting += future.result()[1]
 
     def ready(self) -> tuple[list[tuple[Any, list[Event], int]], list[LargeMessageError]]:
         """(records ready to feed: (item, events, bytes fetched)), failures) since the last call."""
+        self._start_jobs()
         out: list[tuple[Any, list[Event], int]] = []
         failures: list[LargeMessageError] = []
         for partition in list(self._waiting):
@@ -302,10 +338,12 @@ class LargeMessageQueue:
             if not queue:
                 self._waiting.pop(partition, None)
                 self._bytes.pop(partition, None)
+        self._start_jobs()
         return out, failures
 
     def wait(self, timeout: float) -> None:
         """Block until some partition's first waiting record is finished, or ``timeout``."""
+        self._start_jobs()
         pending = [
             j.future
             for q in self._waiting.values()
@@ -334,6 +372,7 @@ class LargeMessageQueue:
         for job in waiting.jobs:
             future = job.future
             if future is None:
+                job.dropped = True
                 continue
             if future.done():
                 if not future.cancelled() and future.exception() is None:

@@ -72,10 +72,13 @@ class LargeMessageSettings:
                 time_zone=values.get("time_zone") or "+00:00",
                 env=env,
             )
+        cached = values.get("max_cached_bytes")
         return cls(
             claim_check_storage_uri=values.get("claim_check_storage_uri") or None,
             upstream=upstream,
             workers=int(values.get("large_message_workers") or 8),
+            # Fetched rows waiting to be fed are cached rows too: half the row cache's bound more.
+            max_waiting_bytes=min(256 << 20, max(16 << 20, int(cached) // 2)) if cached else 256 << 20,
         )
 
     @property
