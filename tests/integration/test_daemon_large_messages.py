@@ -222,3 +222,36 @@ def test_without_the_setting_it_stops_naming_it(feed: Changefeed, large: str, se
     )
     assert resolved < first_large
     assert feed.compare(sim, feed.snapshot_ts(resolved)) == []
+
+
+def test_a_row_gone_upstream_stops_before_it_and_a_restart_after_it_is_back_converges(
+    feed: Changefeed, downstream_url: str
+) -> None:
+    sim = large_stream(feed, 11, "handle-key-only", "lz4", replays=False)
+    conn = feed.connect()
+    try:
+        up = load_history(conn, sim, {WIDE})
+        with conn.cursor() as cur:  # as a GC would: only the rows as they are now remain
+            cur.execute(f"DELETE HISTORY FROM `{up}`.`{WIDE}`")
+    finally:
+        conn.close()
+    ensure_topic(feed.bootstrap, feed.topic, sim.config.partitions)
+    produce_records(feed.bootstrap, feed.topic, sim.records)
+    feed.module = "tests.integration.versioned_upstream"
+    feed.extra_args += ["--compression", "lz4", "--upstream", downstream_url]
+    stopped = feed.run_to_end()
+    out = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 1, out
+    assert f"`{sim.schema}`.`{WIDE}`" in out and "nothing from this record on is applied" in out
+    resolved, _ = feed.checkpoint()
+    assert feed.compare(sim, feed.snapshot_ts(resolved)) == []
+
+    conn = feed.connect()
+    try:
+        load_history(conn, sim, {WIDE})  # the history is back (a restored upstream)
+    finally:
+        conn.close()
+    done = feed.run_to_end()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+    assert wide_digests(feed, sim.schema) == expected_digests(sim, sim.final_resolved_ts)

@@ -401,3 +401,46 @@ def test_the_upstream_password_is_its_own_and_errors_say_upstream(tmp_path) -> N
         LargeMessageSettings.from_config(Config({"upstream": "http://reader:secret@tidb/"}), env={})
     assert "secret" not in str(err.value)
     assert not LargeMessageSettings.from_config(Config({}), env={}).configured
+
+
+class _FailingCursor:
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def __enter__(self) -> _FailingCursor:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        pass
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        raise self.exc
+
+
+class _FakeSession:
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def cursor(self) -> _FailingCursor:
+        return _FailingCursor(self.exc)
+
+
+@pytest.mark.parametrize(
+    ("code", "raised", "text"),
+    [
+        (8055, UpstreamRowMissing, "garbage-collected"),
+        (1146, UpstreamRowMissing, "refused the read"),
+        (2013, UpstreamUnreachable, "2013"),
+    ],
+)
+def test_upstream_errors_are_told_apart(code: int, raised: type, text: str, monkeypatch) -> None:
+    import pymysql
+
+    from applier.downstream.url import DownstreamConfig
+    from applier.large_messages.upstream import UpstreamReader
+
+    reader = UpstreamReader(DownstreamConfig(host="tidb", port=4000, user="reader"))
+    monkeypatch.setattr(reader, "_session", lambda: _FakeSession(pymysql.err.OperationalError(code, "boom")))
+    key = {"id": col(8, 1, 11)}
+    with pytest.raises(raised, match=text):
+        reader.rows_as_of(5, "s", "w", [key])
