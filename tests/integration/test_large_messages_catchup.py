@@ -18,7 +18,7 @@ from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration import versioned_upstream
 from tests.integration.catchup_support import global_resolved_of, restore_backup, run_catchup_here
 from tests.integration.harness import Changefeed
-from tests.integration.test_daemon_large_messages import WIDE, expected_digests, large_stream, wide_digests
+from tests.integration.test_large_messages_daemon import WIDE, expected_digests, large_stream, wide_digests
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
