@@ -1,4 +1,4 @@
-"""The ``applier`` command line: one subcommand per job, settings from one schema (applier.config).
+"""The ``applier`` command line: one subcommand per job, settings from one schema (applier.settings.schema).
 
 Errors a user can fix (configuration, an unreachable database or broker, bad input) end in one
 clear line on stderr and a non-zero exit, never a traceback.
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from applier import __version__
-from applier.config import ConfigError, add_arguments, resolve
+from applier.settings.schema import ConfigError, add_arguments, resolve
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -163,29 +163,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     flags = vars(args)
     if args.command == "run":
-        from applier.daemon import run_daemon
+        from applier.daemon.loop import run_daemon
 
         return run_daemon(resolve("run", flags))
     if args.command == "catchup":
-        from applier.catchup.command import run_catchup_command
+        from applier.commands.catchup import run_catchup_command
 
         return run_catchup_command(resolve("catchup", flags))
     if args.command == "decode":
-        from applier.summary import run_decode
+        from applier.commands.decode import run_decode
 
         return run_decode(resolve("decode", flags))
     if args.command == "simulate":
-        from applier.demo import run_simulate_command
+        from applier.commands.demo import run_simulate_command
 
         return run_simulate_command(args)
     if args.command == "demo":
-        from applier.demo import run_demo
+        from applier.commands.demo import run_demo
 
         return run_demo(args)
     if args.command == "config":
         return _config_check(resolve("run", flags))
     if args.command == "status":
-        from applier.status import run_status
+        from applier.commands.status import run_status
 
         return run_status(resolve("status", flags), as_json=args.json)
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
@@ -195,8 +195,8 @@ def _config_check(cfg) -> int:
     import json
 
     from applier.downstream.url import DownstreamConfigError
-    from applier.downstream_settings import downstream_config, password_source
-    from applier.redact import redact_text
+    from applier.ops.redact import redact_text
+    from applier.settings.downstream import downstream_config, password_source
 
     try:  # the URL, TLS options and password file are checked as `run` will use them
         downstream = downstream_config(cfg)

@@ -108,7 +108,7 @@ CREATE TABLE IF NOT EXISTS {s}.`applied_ddl` (
 ) """
     + _TABLE_OPTIONS,
     # The DDL being executed (at most one per changefeed): written and committed before the DDL
-    # runs, deleted in the transaction that records it (applier/ddl_exec.py says why).
+    # runs, deleted in the transaction that records it (applier/apply/ddl.py says why).
     "ddl_journal": _DDL_JOURNAL,
 }
 

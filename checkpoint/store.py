@@ -392,7 +392,7 @@ class CheckpointStore:
             (self.changefeed, commit_ts, ddl_digest(query), schema, table, ddl_type, query),
         )
 
-    # -- the DDL journal (applier/ddl_exec.py) ------------------------------------------------
+    # -- the DDL journal (applier/apply/ddl.py) ------------------------------------------------
 
     def begin_ddl(
         self,

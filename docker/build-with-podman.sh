@@ -66,7 +66,7 @@ ctr=$(buildah from --pull=never "$TAG")
 trap 'buildah rm "$ctr" >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 buildah run --isolation=chroot --user 10001:10001 "$ctr" -- applier --version
 buildah run --isolation=chroot --user 10001:10001 "$ctr" -- applier run --help >/dev/null
-buildah run --isolation=chroot --user 10001:10001 "$ctr" -- python -c 'import applier.daemon, applier.ops'
+buildah run --isolation=chroot --user 10001:10001 "$ctr" -- python -c 'import applier.daemon.loop, applier.ops.wiring'
 if [ "$TARGET" = catchup ]; then
   buildah run --isolation=chroot --user 10001:10001 "$ctr" -- sh -c 'java -version && python -c "import pyspark"'
 fi

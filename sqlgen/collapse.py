@@ -394,7 +394,7 @@ def split_phases(ev: RowEvent) -> tuple[RowEvent | None, RowEvent | None]:
     """The part of ``ev`` that belongs to the *delete phase* of its commit ts, and the part that
     belongs to its *upsert phase* (either may be None).
 
-    Why: a transaction too large to plan at once is applied in pieces (``applier.spill``), all
+    Why: a transaction too large to plan at once is applied in pieces (``applier.stream.spill``), all
     deletes of its commit ts first, then all upserts, which is the order :func:`plan_window`
     gives the ops of one commit ts ("deletes before upserts at equal ts"). A DELETE is a delete,
     an INSERT an upsert; an UPDATE is an upsert of its new image, preceded by a delete of its old

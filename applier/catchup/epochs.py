@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from applier.codec.events import DDLEvent, Position
-from applier.progress import DDLKey, ddl_key
+from applier.stream.progress import DDLKey, ddl_key
 
 
 @dataclass(frozen=True, slots=True)

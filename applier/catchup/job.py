@@ -10,7 +10,7 @@ Order of work (each step's reasons are in the module it uses):
    skeleton through the daemon's listeners (:mod:`.replay`): keyless rows to apply, resume offsets.
 4. Per epoch: keyed rows shuffled by handle key to parallel writers, keyless tables one
    transaction each (:mod:`.writer`); the checkpoint moves to the epoch's end; then its DDL runs on
-   the driver with the daemon's rules (:mod:`applier.ddl_exec`) and is recorded.
+   the driver with the daemon's rules (:mod:`applier.apply.ddl`) and is recorded.
 5. Hand-off: one transaction writes the daemon's checkpoint at R: global ts, every table, every
    partition's resume offset and resolved ts.
 """
@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pymysql
 
+from applier.apply.ddl import DDLExecutor, detect_dialect
 from applier.catchup.epochs import (
     Epoch,
     ddls_to_run,
@@ -43,17 +44,16 @@ from applier.catchup.rows import DDL, RESOLVED, ROW, STATS
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
 from applier.codec.events import DDLEvent, RowEvent
-from applier.config import Config
-from applier.ddl_exec import DDLExecutor, detect_dialect
 from applier.downstream.lock import ActiveLock
 from applier.downstream.retry import Backoff, run_with_retry
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
-from applier.downstream_settings import downstream_config as _downstream_config
 from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
-from applier.logs import get_logger
-from applier.progress import ddl_key
+from applier.ops.logs import get_logger
+from applier.settings.downstream import downstream_config as _downstream_config
+from applier.settings.schema import Config
+from applier.stream.progress import ddl_key
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
 from sqlgen import Dialect, TablePlan, plan_table
 

@@ -4,9 +4,9 @@ Keyed rows need no replay detection here: a replayed copy carries the same image
 commit ts, and the writers collapse every key to its last op by (commit ts, delete before insert),
 so copies change nothing. Keyless rows are different: an INSERT applied twice leaves two rows, and
 telling a replayed copy from a second identical row needs the resolved ts read so far and the
-row's ``rid`` (docs/open-protocol.md §5.3, §5.6; ``applier.listener`` rules 2-4). Rather than
+row's ``rid`` (docs/open-protocol.md §5.3, §5.6; ``applier.stream.listener`` rules 2-4). Rather than
 re-implement that, the driver feeds each partition's skeleton (:mod:`applier.catchup.rows`) to a
-real :class:`~applier.listener.PartitionListener`, record by record in offset order:
+real :class:`~applier.stream.listener.PartitionListener`, record by record in offset order:
 
 - keyless rows come with their images and are kept or dropped exactly as the daemon would;
 - keyed rows come as light stubs (real commit ts and table, a one-column handle-key image) so the
@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 from applier.catchup.epochs import Control, ddl_event
 from applier.catchup.rows import DDL, RESOLVED, ROW, STATS, load_images
 from applier.codec.events import FLAG_HANDLE_KEY, Event, Position, ResolvedEvent, Row, RowEvent, RowKind
-from applier.listener import PartitionListener
-from applier.progress import CheckpointState, DDLKey, SharedProgress, TableKey
+from applier.stream.listener import PartitionListener
+from applier.stream.progress import CheckpointState, DDLKey, SharedProgress, TableKey
 
 _KEYED_STUB: Row = {"_": {"t": 3, "f": FLAG_HANDLE_KEY, "v": None}}
 _KEYLESS_STUB: Row = {"_": {"t": 3, "f": 0, "v": None}}

@@ -66,7 +66,7 @@ from applier.codec.events import (
     RowKind,
 )
 from applier.large_messages.errors import LargeMessageNotConfigured
-from applier.window import is_keyless
+from applier.stream.window import is_keyless
 
 ROW, DDL, RESOLVED, STATS = 1, 2, 3, 0
 

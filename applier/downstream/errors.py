@@ -19,7 +19,7 @@ import pymysql
 #   1053 ER_SERVER_SHUTDOWN - server is shutting down, connection about to die;
 #   1317 ER_QUERY_INTERRUPTED - the statement was killed (KILL QUERY); the transaction is rolled
 #        back below, so replaying it is safe; on stop the daemon kills its own statement and
-#        does not replay (applier.apply.Stopping);
+#        does not replay (applier.apply.window_applier.Stopping);
 #   1927 ER_CONNECTION_KILLED (MariaDB) - our session was killed while a statement ran;
 #   4031 (MySQL >= 8.0.24) - idle session disconnected by wait_timeout, sent as an error packet.
 TRANSIENT_CLASSES: Final = {

@@ -41,7 +41,7 @@ import pymysql
 from applier.downstream.errors import is_connection_loss, is_transient
 from applier.downstream.session import close_quietly, connect, connection_id
 from applier.downstream.url import DownstreamConfig
-from applier.logs import get_logger
+from applier.ops.logs import get_logger
 
 __all__ = ["ActiveLock", "LockLost", "LockWait", "lock_name"]
 

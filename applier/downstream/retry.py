@@ -148,7 +148,7 @@ class RetryLog:
     attempt would bury everything else. So the first error of each class (``errors.retry_class``)
     is logged with its code and text; later ones are only counted and summed up in one line at
     most every ``summary_seconds``, plus one line when the trouble has lasted ``report_seconds``
-    (from then on ``/readyz`` fails, see ``applier.health``). The first success after trouble
+    (from then on ``/readyz`` fails, see ``applier.ops.health``). The first success after trouble
     logs one line with the totals.
 
     ``failed`` and ``succeeded`` are called by the thread that runs the unit.

@@ -14,7 +14,7 @@ Every session the applier opens goes through :func:`connect`, so all of them agr
 * the client's ``max_allowed_packet`` is the server's session value: PyMySQL keeps its own
   (16 MiB unless told), which would otherwise disagree with a server set lower or higher. The
   statements themselves are sized to the server's value by ``sqlgen`` (the daemon and the
-  catch-up read it at start, ``applier.ddl_exec.detect_dialect``).
+  catch-up read it at start, ``applier.apply.ddl.detect_dialect``).
 
 ``DEFAULT_SQL_MODE`` is deliberately *not* derived from the server's global mode: a global mode
 with ``ANSI_QUOTES``, ``NO_BACKSLASH_ESCAPES`` (breaks PyMySQL's backslash escaping of bound

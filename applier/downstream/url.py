@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import quote, unquote, urlsplit
 
-from applier.redact import redact_url
+from applier.ops.redact import redact_url
 
 ENV_PASSWORD: Final = "APPLIER_DOWNSTREAM_PASSWORD"
 ENV_PASSWORD_FILE: Final = "APPLIER_DOWNSTREAM_PASSWORD_FILE"
@@ -173,7 +173,7 @@ class DownstreamConfig:
 
 
 redact_url_text = redact_url
-"""Kept under this name for the downstream modules; see :func:`applier.redact.redact_url`."""
+"""Kept under this name for the downstream modules; see :func:`applier.ops.redact.redact_url`."""
 
 
 def _parse_query(query: str, shown: str) -> dict[str, str]:

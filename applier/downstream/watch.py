@@ -58,7 +58,7 @@ import pymysql
 from applier.downstream.errors import describe, error_code
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
-from applier.logs import get_logger
+from applier.ops.logs import get_logger
 
 __all__ = ["Blocker", "StatementWait", "StatementWatch"]
 

@@ -39,7 +39,7 @@ from applier.large_messages.errors import (
 )
 from applier.large_messages.storage import ObjectStore, ObjectStoreError
 from applier.large_messages.upstream import UpstreamReader, UpstreamRowMissing, UpstreamUnreachable
-from applier.logs import get_logger
+from applier.ops.logs import get_logger
 
 
 @dataclass(slots=True)

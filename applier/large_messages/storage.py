@@ -50,8 +50,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import tenacity
 
 from applier.downstream.url import Secret
-from applier.logs import get_logger
-from applier.redact import redact_text, redact_url
+from applier.ops.logs import get_logger
+from applier.ops.redact import redact_text, redact_url
 
 __all__ = [
     "FileLocation",

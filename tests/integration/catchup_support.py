@@ -16,7 +16,7 @@ from typing import Any
 
 import pymysql
 
-from applier.config import resolve
+from applier.settings.schema import resolve
 from applier.simulator.stream import Simulation
 from applier.simulator.tables import DDL_CREATE_SCHEMA, quote_ident
 from tests.integration.harness import Changefeed

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from applier.apply import WindowApplier
+from applier.apply.window_applier import WindowApplier
 from applier.codec.events import Position, RowEvent, RowKind
 from applier.downstream.retry import Backoff
 from applier.downstream.url import DownstreamConfig
-from applier.window import Window
+from applier.stream.window import Window
 from checkpoint import CheckpointStore
 from sqlgen import MARIADB
 
@@ -61,7 +61,7 @@ def test_commit_that_landed_is_not_replayed(fresh_db: str, downstream_url: str, 
         base_ts=0,
     )
     try:
-        applier.apply(window)
+        applier.apply.window_applier(window)
         assert lost, "the simulated loss did not happen"
         with conn.cursor() as cur:
             cur.execute("SELECT COUNT(*) FROM keyless")

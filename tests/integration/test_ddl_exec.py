@@ -9,9 +9,9 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from applier.catalogue import Catalogue
+from applier.apply.catalogue import Catalogue
+from applier.apply.ddl import DDLExecutor, DDLFailed, touched_schemas
 from applier.codec.events import DDLEvent, Position
-from applier.ddl_exec import DDLExecutor, DDLFailed, touched_schemas
 from applier.downstream.lock import ActiveLock
 from applier.downstream.session import connect
 from applier.downstream.url import DownstreamConfig

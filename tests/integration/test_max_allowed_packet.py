@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from applier.apply.ddl import detect_dialect
 from applier.catchup.writer import WriteError, WriteSpec, write_keyless
-from applier.ddl_exec import detect_dialect
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from applier.kafka.embedded_broker import create_topic

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from applier.config import resolve
 from applier.downstream.errors import DownstreamConnectError
 from applier.downstream.session import close_quietly, connect
-from applier.downstream_settings import downstream_config
+from applier.settings.downstream import downstream_config
+from applier.settings.schema import resolve
 from applier.simulator import StreamConfig, produce_simulation, simulate
 from tests.integration.harness import Changefeed
 from tests.integration.private_mariadb import PrivateMariaDB, start_private_mariadb

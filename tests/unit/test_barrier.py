@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from applier.barrier import Barrier, StaleWindowError
 from applier.codec.events import (
     FLAG_HANDLE_KEY,
     FLAG_NULLABLE,
@@ -22,8 +21,9 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
-from applier.progress import CheckpointState, ddl_key
-from applier.window import Window, is_keyless
+from applier.stream.barrier import Barrier, StaleWindowError
+from applier.stream.progress import CheckpointState, ddl_key
+from applier.stream.window import Window, is_keyless
 
 
 def _pos(partition: int = 0) -> Position:
@@ -329,7 +329,7 @@ def test_an_empty_partition_does_not_hold_the_watermark_until_it_delivers() -> N
 
 
 def test_a_rejoining_partition_with_rows_the_watermark_passed_stops_instead_of_skipping_them() -> None:
-    from applier.listener import RowsBehindWatermark
+    from applier.stream.listener import RowsBehindWatermark
 
     b = Barrier([0, 1])
     f = Feeds(b)

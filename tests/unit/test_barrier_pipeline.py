@@ -15,9 +15,9 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from applier.barrier import Barrier
-from applier.progress import CheckpointState
-from applier.window import Window, is_keyless
+from applier.stream.barrier import Barrier
+from applier.stream.progress import CheckpointState
+from applier.stream.window import Window, is_keyless
 from tests.unit.test_barrier import (
     Applied,
     Feeds,

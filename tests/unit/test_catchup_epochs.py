@@ -14,7 +14,7 @@ from applier.catchup.epochs import (
     plan_epochs,
 )
 from applier.codec.events import DDLEvent, Position
-from applier.progress import ddl_key
+from applier.stream.progress import ddl_key
 
 
 def ddl(ts: int, query: str = "ALTER TABLE t ADD c INT", table: str = "t") -> DDLEvent:

@@ -14,14 +14,14 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from applier.barrier import Barrier
 from applier.catchup.epochs import ddls_to_run, global_resolved, partition_resolved
 from applier.catchup.replay import Skeleton, replay_skeleton
 from applier.catchup.rows import ARROW_SCHEMA, BatchBuilder
 from applier.codec.decoder import DecoderOptions, decode_record
-from applier.progress import CheckpointState, ddl_key
 from applier.simulator import StreamConfig, simulate
-from applier.window import is_keyless
+from applier.stream.barrier import Barrier
+from applier.stream.progress import CheckpointState, ddl_key
+from applier.stream.window import is_keyless
 
 TOPIC = "t"
 

@@ -12,7 +12,7 @@ from applier.catchup.writer import plan_keyed_events
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import Position, RowEvent, RowKind
 from applier.simulator import StreamConfig, simulate
-from applier.window import is_keyless
+from applier.stream.window import is_keyless
 from sqlgen import plan_window
 
 HK = 0x02 | 0x08

@@ -8,13 +8,13 @@ import sys
 import pytest
 
 from applier.cli import main
-from applier.config import ConfigError, resolve
+from applier.settings.schema import ConfigError, resolve
 
 BASE = {"kafka_bootstrap": "k:9092", "topic": "t", "group_id": "g", "downstream": "mysql://u:s3cret@db:3306/"}
 
 
 def test_import_applier_never_imports_pyspark() -> None:
-    code = "import applier, applier.cli, applier.daemon, sys; assert 'pyspark' not in sys.modules"
+    code = "import applier, applier.cli, applier.daemon.loop, sys; assert 'pyspark' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -103,7 +103,7 @@ def test_demo_without_a_database_says_so_in_one_line() -> None:
 
 def test_simulate_options_reach_the_stream_config() -> None:
     from applier.cli import _build_parser
-    from applier.demo import _stream_config
+    from applier.commands.demo import _stream_config
 
     args = _build_parser().parse_args(
         [

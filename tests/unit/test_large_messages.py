@@ -379,9 +379,9 @@ def test_fetched_bytes_not_fed_yet_count_against_the_bound() -> None:
 
 
 def test_the_upstream_password_is_its_own_and_errors_say_upstream(tmp_path) -> None:
-    from applier.config import Config
     from applier.downstream.url import DownstreamConfigError
     from applier.large_messages.settings import LargeMessageSettings
+    from applier.settings.schema import Config
 
     cfg = Config({"upstream": "mysql://reader@tidb:4000/", "time_zone": "+08:00"})
     env = {"APPLIER_DOWNSTREAM_PASSWORD": "down", "APPLIER_UPSTREAM_PASSWORD": "up"}

@@ -16,9 +16,9 @@ from applier.codec.events import (
     RowKind,
 )
 from applier.large_messages.errors import LargeMessageNotConfigured
-from applier.listener import PartitionListener
-from applier.progress import CheckpointState, SharedProgress, ddl_key
-from applier.window import is_keyless
+from applier.stream.listener import PartitionListener
+from applier.stream.progress import CheckpointState, SharedProgress, ddl_key
+from applier.stream.window import is_keyless
 
 
 def _pos(offset: int = 0, index: int = 0) -> Position:
@@ -318,7 +318,7 @@ def test_keyless_copies_with_rid_are_dropped_exactly() -> None:
 
 
 def test_keyless_versions_are_shared_by_the_partitions_and_forgotten_once_applied() -> None:
-    from applier.listener import KeylessVersions
+    from applier.stream.listener import KeylessVersions
 
     progress = SharedProgress(CheckpointState())
     versions = KeylessVersions()

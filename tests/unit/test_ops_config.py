@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from applier import cli
-from applier.config import ConfigError, resolve
 from applier.downstream.url import DownstreamConfigError
-from applier.downstream_settings import downstream_config, password_source
+from applier.settings.downstream import downstream_config, password_source
+from applier.settings.schema import ConfigError, resolve
 
 BASE = {"kafka_bootstrap": "k:9092", "topic": "t", "group_id": "g", "downstream": "mysql://app@db:3306/"}
 

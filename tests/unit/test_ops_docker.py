@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from applier.config import SETTINGS_BY_NAME
+from applier.settings.schema import SETTINGS_BY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"

@@ -18,11 +18,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from applier.downstream.watch import Blocker, StatementWait
-from applier.health import Health
-from applier.http_server import HttpEndpoints, HttpListenError, split_listen
-from applier.metrics import MetricsObserver, tso_seconds
-from applier.sdnotify import Notifier, SystemdObserver
-from applier.window import Window
+from applier.ops.health import Health
+from applier.ops.http import HttpEndpoints, HttpListenError, split_listen
+from applier.ops.metrics import MetricsObserver, tso_seconds
+from applier.ops.sdnotify import Notifier, SystemdObserver
+from applier.stream.window import Window
 
 TS = (1_700_000_000_000 << 18) + 5  # physical time 1_700_000_000.000 s
 
@@ -427,8 +427,8 @@ def test_split_listen() -> None:
 
 def test_a_taken_default_address_degrades_a_chosen_one_fails() -> None:
     """Two instances on one host (a standby, the demo) must not refuse to replicate over the default port."""
-    from applier.config import resolve
-    from applier.ops import Operations
+    from applier.ops.wiring import Operations
+    from applier.settings.schema import resolve
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

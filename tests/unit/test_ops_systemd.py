@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from applier.config import resolve
+from applier.settings.schema import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "ticdc-applier.service"

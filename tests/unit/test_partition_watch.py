@@ -16,12 +16,12 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from applier.codec.decoder import DecoderOptions
-from applier.config import Config
-from applier.daemon import EXIT_OK, Daemon, start_offsets
+from applier.daemon.loop import EXIT_OK, Daemon, start_offsets
 from applier.kafka.reader import PartitionReader
-from applier.observer import Observers
-from applier.partition_watch import PartitionWatch
+from applier.ops.observer import Observers
+from applier.settings.schema import Config
 from applier.simulator.encoder import frame
+from applier.stream.partition_watch import PartitionWatch
 from tests.unit.kafka_fakes import FakeConsumer, FakeOracle, Msg, event
 
 EOF = KafkaError._PARTITION_EOF

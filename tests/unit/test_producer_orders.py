@@ -16,12 +16,12 @@ from collections import Counter
 
 import pytest
 
-from applier.barrier import Barrier
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import DDLEvent, RowEvent
-from applier.progress import CheckpointState
 from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
-from applier.window import is_keyless
+from applier.stream.barrier import Barrier
+from applier.stream.progress import CheckpointState
+from applier.stream.window import is_keyless
 
 
 def _image(row) -> tuple | None:

@@ -10,7 +10,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from applier.barrier import Barrier
 from applier.codec.events import (
     FLAG_HANDLE_KEY,
     FLAG_PRIMARY_KEY,
@@ -20,7 +19,8 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
-from applier.spill import GroupPart, SpillDir, StreamedRows, pack_row, unpack_row
+from applier.stream.barrier import Barrier
+from applier.stream.spill import GroupPart, SpillDir, StreamedRows, pack_row, unpack_row
 from sqlgen import plan_window, split_phases
 
 PK = FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY

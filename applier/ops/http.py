@@ -1,7 +1,7 @@
 """The daemon's HTTP endpoints: ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
 
 A ``ThreadingHTTPServer`` on a daemon thread is enough: scrapes and probes are a few requests a
-minute, each answered from memory (see :mod:`applier.health` for what the probes mean). Probe
+minute, each answered from memory (see :mod:`applier.ops.health` for what the probes mean). Probe
 bodies are small JSON documents so that a person running ``curl`` sees *why* (``standby``,
 ``stalled``...), while orchestrators only look at the status code: 200 or 503.
 """
@@ -13,8 +13,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from applier.health import Health, Verdict
-from applier.metrics import CONTENT_TYPE, MetricsObserver
+from applier.ops.health import Health, Verdict
+from applier.ops.metrics import CONTENT_TYPE, MetricsObserver
 
 
 class HttpListenError(RuntimeError):

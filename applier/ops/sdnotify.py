@@ -13,7 +13,7 @@ What the daemon sends and when:
   systemd would time its start out);
 * ``STATUS=...`` with the state and the current lag, at most every few seconds;
 * ``WATCHDOG=1`` from the main loop's tick while it makes progress or waits healthily (see
-  :mod:`applier.health`), plus, from a helper thread, while the loop is legitimately elsewhere:
+  :mod:`applier.ops.health`), plus, from a helper thread, while the loop is legitimately elsewhere:
   waiting as a standby, taking over, or waiting for the database to finish a window;
 * ``STOPPING=1`` as soon as SIGTERM/SIGINT arrives (and at the latest when the state is ``stopping``).
 """
@@ -28,13 +28,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from applier.codec.events import tso_physical_ms
-from applier.observer import Observer
+from applier.ops.observer import Observer
 
 if TYPE_CHECKING:
-    from applier.barrier import Barrier
-    from applier.health import Health
     from applier.kafka.reader import PartitionReader
-    from applier.window import Window
+    from applier.ops.health import Health
+    from applier.stream.barrier import Barrier
+    from applier.stream.window import Window
 
 
 def _address(name: str) -> str | bytes:

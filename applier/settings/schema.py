@@ -440,7 +440,7 @@ class Config:
 
     def masked(self) -> dict[str, Any]:
         """The values with every secret hidden: what may be printed or logged."""
-        from applier.redact import redact_url
+        from applier.ops.redact import redact_url
 
         out: dict[str, Any] = {}
         for name, value in self.values.items():

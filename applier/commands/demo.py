@@ -13,8 +13,8 @@ import os
 import sys
 import time
 
-from applier.config import ConfigError, resolve
-from applier.redact import redact_text, redact_url
+from applier.ops.redact import redact_text, redact_url
+from applier.settings.schema import ConfigError, resolve
 
 DEFAULT_DOWNSTREAM = "mysql://root@127.0.0.1:3306/"
 DEMO_GROUP = "applier-demo"
@@ -129,10 +129,10 @@ def _reset_demo_state(url: str, schema: str) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     from applier.codec.decoder import DecoderOptions
+    from applier.commands.decode import summarise
     from applier.kafka.embedded_broker import start_broker
     from applier.kafka.reader import PartitionReader, read_all
     from applier.simulator import format_summary, produce_simulation, simulate
-    from applier.summary import summarise
 
     stream_cfg = _stream_config(args)
     url = args.downstream or os.environ.get("APPLIER_DOWNSTREAM") or DEFAULT_DOWNSTREAM
@@ -164,8 +164,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
         print(f"\n== 4. applier run -> {redact_url(url)}")
         _reset_demo_state(url, args.schema)
-        from applier.daemon import Daemon
-        from applier.logs import configure
+        from applier.daemon.loop import Daemon
+        from applier.ops.logs import configure
 
         configure("console", "warning")
         cfg = resolve(

@@ -8,7 +8,7 @@ was dropped and re-added in between silently destroys data, a re-run ``EXCHANGE 
 the rows back. So a DDL goes through a journal, and the downstream's catalogue decides:
 
 1. **Journal**: the catalogue of every schema the DDL touches is fingerprinted
-   (:class:`applier.catalogue.Catalogue`: definitions and table ids) and written to the
+   (:class:`applier.apply.catalogue.Catalogue`: definitions and table ids) and written to the
    ``ddl_journal`` row of the changefeed, in a committed transaction fenced by the owner token.
 2. **DDL**: on the session that holds the single-active lock, right after checking that it still
    holds it (:meth:`ActiveLock.run_fenced`): a stale instance cannot run a DDL.
@@ -36,11 +36,11 @@ import pymysql
 import sqlglot
 from sqlglot import exp
 
-from applier.catalogue import Catalogue, Fingerprint
+from applier.apply.catalogue import Catalogue, Fingerprint
 from applier.codec.events import DDLEvent
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.lock import ActiveLock
-from applier.logs import get_logger
+from applier.ops.logs import get_logger
 from checkpoint import CheckpointStore, JournalEntry, ddl_digest, ddl_fields
 from sqlgen import MARIADB, MYSQL, DDLPlan, Dialect, ErrorClass, classify_ddl_error, plan_ddl
 from sqlgen.ddl_guard import HostileDDL, check_ddl

@@ -2,7 +2,7 @@
 
 A DDL commits on its own, outside any transaction of ours, so "did it take effect?" cannot be
 answered by the checkpoint after a crash: only the server's catalogue knows. A *fingerprint* of
-the schemas a DDL touches is taken before it runs (and journaled, see :mod:`applier.ddl_exec`);
+the schemas a DDL touches is taken before it runs (and journaled, see :mod:`applier.apply.ddl`);
 comparing it with a fingerprint taken later tells whether the catalogue changed in between.
 
 Per schema the fingerprint holds whether the schema exists (with its default character set and

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from applier.barrier import Barrier
     from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
-    from applier.window import Window
+    from applier.stream.barrier import Barrier
+    from applier.stream.window import Window
 
 
 class Observer:

@@ -34,13 +34,13 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from applier import __version__
 from applier.codec.events import tso_physical_ms
 from applier.downstream.errors import TRANSIENT_CLASSES, retry_class
-from applier.observer import Observer
+from applier.ops.observer import Observer
 
 if TYPE_CHECKING:
-    from applier.barrier import Barrier
     from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
-    from applier.window import Window
+    from applier.stream.barrier import Barrier
+    from applier.stream.window import Window
 
 STATES = ("starting", "standby", "active", "stopping", "failed")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from applier.config import Config
-from applier.logs import configure, get_logger
-from applier.redact import redact_text
+from applier.ops.logs import configure, get_logger
+from applier.ops.redact import redact_text
+from applier.settings.schema import Config
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -26,9 +26,9 @@ def run_catchup_command(cfg: Config) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    from applier.apply.ddl import DDLFailed, DDLUnsettled
     from applier.catchup.job import CatchupError, run_catchup
     from applier.codec.errors import MalformedRecordError
-    from applier.ddl_exec import DDLFailed, DDLUnsettled
     from applier.downstream.errors import DownstreamConnectError
     from applier.downstream.lock import LockLost
     from applier.downstream.url import DownstreamConfigError

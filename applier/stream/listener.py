@@ -56,9 +56,9 @@ from applier.codec.events import (
     RowEvent,
 )
 from applier.large_messages.errors import LargeMessageNotConfigured
-from applier.logs import get_logger
-from applier.progress import DDLKey, SharedProgress, TableKey, ddl_key
-from applier.spill import GroupPart, SpillDir, SpillFiles
+from applier.ops.logs import get_logger
+from applier.stream.progress import DDLKey, SharedProgress, TableKey, ddl_key
+from applier.stream.spill import GroupPart, SpillDir, SpillFiles
 
 _HK = FLAG_HANDLE_KEY
 _K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
@@ -155,7 +155,7 @@ class KeylessVersions:
 class _TsGroup:
     """Kept rows of one commit ts, in arrival order, and the tables they belong to.
 
-    Once spilled (``applier.spill``), the oldest rows are in ``spilled`` and ``rows`` holds the
+    Once spilled (``applier.stream.spill``), the oldest rows are in ``spilled`` and ``rows`` holds the
     ones kept since; ``nbytes`` counts the rows in memory only.
     """
 

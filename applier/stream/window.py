@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from applier.codec.events import FLAG_HANDLE_KEY, DDLEvent, Row, RowEvent
-from applier.progress import DDLKey, TableKey, ddl_key
-from applier.spill import StreamedRows
+from applier.stream.progress import DDLKey, TableKey, ddl_key
+from applier.stream.spill import StreamedRows
 
 
 def _has_handle_key(image: Row | None) -> bool:
@@ -49,7 +49,7 @@ class Window:
     - ``base_ts``: the applied ts the window builds on; ``mark_applied`` refuses a window whose
       base is no longer current.
     - ``streamed``: set instead of ``rows`` when some of the window's rows were spilled to disk
-      (``applier.spill``): they are read back and applied in pieces, still in one transaction.
+      (``applier.stream.spill``): they are read back and applied in pieces, still in one transaction.
     """
 
     target_ts: int

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from applier.redact import redact_text
+from applier.ops.redact import redact_text
 
 _SECRET_KEYS = ("password", "passwd", "secret", "token", "sasl.password", "ssl.key.password")
 

@@ -23,7 +23,7 @@ def _get(cfg: Any, name: str, default: Any = None) -> Any:
 
 
 def downstream_config(cfg: Any, *, env: Mapping[str, str] | None = None) -> DownstreamConfig:
-    """The downstream of ``cfg`` (an :class:`applier.config.Config`) with TLS and password settings applied.
+    """The downstream of ``cfg`` (a :class:`~applier.settings.schema.Config`) with TLS and passwords.
 
     Raises :class:`DownstreamConfigError` with a password-free message naming the setting at fault.
     """

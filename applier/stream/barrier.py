@@ -17,7 +17,7 @@ Rules (docs/open-protocol.md §5.5; the producer facts they rest on are §5.1-§
   may deliver after the DDL itself. Rows below D are applied first, the DDL alone, then rows
   above it. Nothing here waits for a DDL to arrive on every partition: the watermark says more.
 - Rows of a commit ts the barrier cannot release yet are moved to disk once the cache is over its
-  bound (``spill_over``, ``applier.spill``): one upstream transaction can be larger than memory,
+  bound (``spill_over``, ``applier.stream.spill``): one upstream transaction can be larger than memory,
   and the partitions still reading it are the ones holding the barrier back, so pausing them is
   no way out. A window with such rows carries them as ``Window.streamed``.
 - Nothing is removed from memory until the daemon reports the window applied
@@ -34,10 +34,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from applier.codec.events import DDLEvent, Event, RowEvent
-from applier.listener import KeylessVersions, PartitionListener
-from applier.progress import CheckpointState, DDLKey, SharedProgress, TableKey, ddl_key
-from applier.spill import GroupPart, SpillDir, StreamedRows
-from applier.window import Window
+from applier.stream.listener import KeylessVersions, PartitionListener
+from applier.stream.progress import CheckpointState, DDLKey, SharedProgress, TableKey, ddl_key
+from applier.stream.spill import GroupPart, SpillDir, StreamedRows
+from applier.stream.window import Window
 
 
 class StaleWindowError(RuntimeError):

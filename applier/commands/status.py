@@ -23,8 +23,8 @@ from applier.downstream.errors import DownstreamConnectError
 from applier.downstream.lock import lock_name
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfigError
-from applier.downstream_settings import downstream_config
-from applier.redact import redact_text
+from applier.ops.redact import redact_text
+from applier.settings.downstream import downstream_config
 from checkpoint.store import status_report
 
 EXIT_OK = 0

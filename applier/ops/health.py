@@ -1,6 +1,6 @@
 """Liveness and readiness of the daemon, decided in one place for /healthz, /readyz and systemd.
 
-The daemon's hooks (applier.observer) feed a :class:`Health` object on the daemon's thread; the
+The daemon's hooks (applier.ops.observer) feed a :class:`Health` object on the daemon's thread; the
 HTTP server and the systemd watchdog read it from theirs. Only plain attribute assignments cross
 threads, which the GIL makes atomic, so no lock is needed.
 
@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from applier.downstream.errors import describe, retry_class
-from applier.observer import Observer
+from applier.ops.observer import Observer
 
 if TYPE_CHECKING:
-    from applier.barrier import Barrier
     from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
-    from applier.window import Window
+    from applier.stream.barrier import Barrier
+    from applier.stream.window import Window
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from applier.health import Health
-from applier.http_server import HttpEndpoints, HttpListenError
-from applier.metrics import MetricsObserver
-from applier.observer import Observer
-from applier.sdnotify import Notifier, SystemdObserver
+from applier.ops.health import Health
+from applier.ops.http import HttpEndpoints, HttpListenError
+from applier.ops.metrics import MetricsObserver
+from applier.ops.observer import Observer
+from applier.ops.sdnotify import Notifier, SystemdObserver
 
 
 class Operations:

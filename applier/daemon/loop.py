@@ -16,7 +16,7 @@ offset starts at ``--start`` when the changefeed has no checkpoint yet, else at 
 would lose rows). An offset Kafka no longer has stops the daemon (``OffsetOutOfRange``, with
 what the operator can do), never a silent jump. Partitions the topic gains while the daemon runs
 are added, and partitions that stay empty are reported to the barrier
-(``applier.partition_watch``).
+(``applier.stream.partition_watch``).
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType
 
-from applier.apply import ApplyError, PendingApply, PreparedWindow, Stopping, WindowApplier
-from applier.barrier import Barrier
+from applier.apply.ddl import DDLExecutor, DDLUnsettled, detect_dialect
+from applier.apply.window_applier import ApplyError, PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
 from applier.codec.errors import MalformedRecordError
-from applier.config import Config
-from applier.ddl_exec import DDLExecutor, DDLUnsettled, detect_dialect
 from applier.downstream.errors import DownstreamConnectError
 from applier.downstream.lock import ActiveLock, LockLost, LockWait
 from applier.downstream.session import close_quietly, connect
@@ -43,13 +41,15 @@ from applier.downstream.url import DownstreamConfig, DownstreamConfigError
 from applier.downstream.watch import StatementWatch
 from applier.kafka.reader import KafkaReadError, PartitionReader
 from applier.large_messages.resolver import LargeMessageError, LargeMessageQueue
-from applier.listener import RowsBehindWatermark, cache_bytes
-from applier.logs import configure, get_logger
-from applier.observer import Observer, Observers
-from applier.partition_watch import PartitionWatch
-from applier.progress import CheckpointState
-from applier.redact import redact_text
-from applier.spill import SpillDir, default_spill_root
+from applier.ops.logs import configure, get_logger
+from applier.ops.observer import Observer, Observers
+from applier.ops.redact import redact_text
+from applier.settings.schema import Config
+from applier.stream.barrier import Barrier
+from applier.stream.listener import RowsBehindWatermark, cache_bytes
+from applier.stream.partition_watch import PartitionWatch
+from applier.stream.progress import CheckpointState
+from applier.stream.spill import SpillDir, default_spill_root
 from checkpoint import CheckpointStore, FencedOut
 
 EXIT_OK = 0
@@ -492,7 +492,7 @@ class Daemon:
 
     def _spill_over(self) -> None:
         """Move rows the barrier cannot release yet to disk when memory is over its bound (a
-        transaction larger than ``max_cached_bytes``: see ``applier.spill``)."""
+        transaction larger than ``max_cached_bytes``: see ``applier.stream.spill``)."""
         assert self.barrier is not None
         try:
             moved = self.barrier.spill_over(self.cfg.max_cached_bytes)
@@ -622,12 +622,12 @@ class Daemon:
 
 def run_daemon(cfg: Config) -> int:
     # Operations (metrics, /healthz, /readyz, systemd notify) and the flat TLS/password settings
-    # live in their own modules; see applier/ops.py and applier/downstream_settings.py.
-    from applier.downstream_settings import downstream_config
-    from applier.http_server import HttpListenError
+    # live in their own modules; see applier/ops/wiring.py and applier/settings/downstream.py.
     from applier.large_messages.settings import LargeMessageSettings
     from applier.large_messages.storage import ObjectStoreConfigError
-    from applier.ops import Operations
+    from applier.ops.http import HttpListenError
+    from applier.ops.wiring import Operations
+    from applier.settings.downstream import downstream_config
 
     configure(cfg.log_format, cfg.log_level)
     try:

@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
 from applier.codec.events import tso_physical_ms
-from applier.ddl_exec import DDLExecutor, DDLFailed, DDLOutcome
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
 from applier.downstream.session import close_quietly, connect, connection_id
 from applier.downstream.url import DownstreamConfig
 from applier.downstream.watch import StatementWatch, Watched
-from applier.logs import get_logger
-from applier.window import Window
+from applier.ops.logs import get_logger
+from applier.stream.window import Window
 from checkpoint import CheckpointStore
 from sqlgen import (
     Dialect,
@@ -358,7 +358,7 @@ class WindowApplier:
         transactions, so a window is never split over transactions here and the checkpoint always
         moves with it. A window with spilled rows (``window.streamed``: one upstream transaction
         larger than the row cache) is planned and executed piece by piece inside that one
-        transaction (``applier.spill`` says why the pieces converge).
+        transaction (``applier.stream.spill`` says why the pieces converge).
         A statement too large for the server's ``max_allowed_packet`` (only a single huge row can
         be: ``sqlgen.dml`` cuts the others to it) is an ApplyError before it is sent; the
         transaction rolls back, so nothing of the window is written.
@@ -432,7 +432,7 @@ class WindowApplier:
         return bind
 
     def _apply_ddl(self, window: Window) -> None:
-        """Run the window's DDL exactly once (:mod:`applier.ddl_exec`: journal, fenced execution
+        """Run the window's DDL exactly once (:mod:`applier.apply.ddl`: journal, fenced execution
         on the lock's session, record) with the window's checkpoint in the recording transaction."""
         ddl = window.ddl
         assert ddl is not None

@@ -1,0 +1,1 @@
+"""One module per ``applier`` subcommand; :mod:`applier.cli` parses the command line and calls them."""

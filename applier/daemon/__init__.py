@@ -1,0 +1,1 @@
+"""``applier run``: the streaming loop, its stages named in :mod:`applier.daemon.loop`."""
