@@ -11,11 +11,8 @@ import sys
 from collections.abc import Sequence
 
 from applier import __version__
-from applier.settings.schema import ConfigError, add_arguments, resolve
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+from applier.errors import EXIT_FATAL, ConfigurationError
+from applier.settings.schema import add_arguments, resolve
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -153,64 +150,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
-    except ConfigError as exc:
-        print(f"applier: configuration error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except ConfigurationError as exc:
+        from applier.commands.run import report_configuration_error
+
+        return report_configuration_error(exc)
     except KeyboardInterrupt:
-        return EXIT_FAILURE
+        return EXIT_FATAL
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    """Call the subcommand's module (imported only when used: Spark and boto3 are heavy)."""
     flags = vars(args)
-    if args.command == "run":
-        from applier.daemon.loop import run_daemon
+    command = args.command
+    if command == "run":
+        from applier.commands.run import run_daemon
 
         return run_daemon(resolve("run", flags))
-    if args.command == "catchup":
+    if command == "catchup":
         from applier.commands.catchup import run_catchup_command
 
         return run_catchup_command(resolve("catchup", flags))
-    if args.command == "decode":
+    if command == "decode":
         from applier.commands.decode import run_decode
 
         return run_decode(resolve("decode", flags))
-    if args.command == "simulate":
+    if command == "simulate":
         from applier.commands.demo import run_simulate_command
 
         return run_simulate_command(args)
-    if args.command == "demo":
+    if command == "demo":
         from applier.commands.demo import run_demo
 
         return run_demo(args)
-    if args.command == "config":
-        return _config_check(resolve("run", flags))
-    if args.command == "status":
+    if command == "config":
+        from applier.commands.config import run_config_check
+
+        return run_config_check(resolve("run", flags))
+    if command == "status":
         from applier.commands.status import run_status
 
         return run_status(resolve("status", flags), as_json=args.json)
-    raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
-
-
-def _config_check(cfg) -> int:
-    import json
-
-    from applier.downstream.url import DownstreamConfigError
-    from applier.ops.redact import redact_text
-    from applier.settings.downstream import downstream_config, password_source
-
-    try:  # the URL, TLS options and password file are checked as `run` will use them
-        downstream = downstream_config(cfg)
-    except DownstreamConfigError as exc:
-        print(f"applier: configuration error: {redact_text(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
-    doc = {
-        "effective": cfg.masked(),
-        "sources": cfg.sources,
-        "downstream_effective": downstream.redacted(),
-        "downstream_password": password_source(cfg, downstream),
-    }
-    print(json.dumps(doc, indent=2, sort_keys=True))
-    return EXIT_OK
+    raise AssertionError(command)  # pragma: no cover - argparse enforces the choices
 
 
 if __name__ == "__main__":  # pragma: no cover

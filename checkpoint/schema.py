@@ -25,6 +25,8 @@ from typing import Final
 
 import pymysql
 
+from applier.errors import FatalError
+
 SCHEMA_VERSION: Final = 2
 DEFAULT_SCHEMA: Final = "ticdc_applier"
 
@@ -119,7 +121,7 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 }
 
 
-class CheckpointSchemaError(RuntimeError):
+class CheckpointSchemaError(FatalError, RuntimeError):
     """The checkpoint schema cannot be used by this applier (e.g. written by a newer release)."""
 
 

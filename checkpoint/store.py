@@ -33,6 +33,7 @@ from typing import Any, Final
 import pymysql
 
 from applier.codec.events import tso_physical_ms
+from applier.errors import FatalError
 from checkpoint.schema import (
     DEFAULT_SCHEMA,
     NAME_MAX_CHARS,
@@ -57,7 +58,7 @@ server's value, see ``sqlgen.dml``)."""
 _ROW_TEMPLATE_BYTES: Final = 48  # "(%s, %s, %s, %s, %s, UTC_TIMESTAMP(6)), " less its placeholders
 
 
-class FencedOut(RuntimeError):
+class FencedOut(FatalError, RuntimeError):
     """Another instance has claimed this changefeed since we did: we must stop applying.
 
     Not a transient error: replaying the transaction cannot help.

@@ -29,12 +29,11 @@ from sqlgen.errors import (
     ALREADY_APPLIED_DDL_ERRORS,
     NEVER_RETRY_DDL_ERRORS,
     PERMANENT_DML_ERRORS,
+    TRANSIENT_CLASSES,
     TRANSIENT_ERRORS,
     ErrorClass,
     classify_ddl_error,
     classify_dml_error,
-    is_transient,
-    mysql_error_code,
 )
 from sqlgen.quoting import quote_ident, quote_ident_fmt, quote_table, quote_table_fmt
 
@@ -47,6 +46,7 @@ __all__ = [
     "SCHEMA_DDL_TYPES",
     "SKIP_DDL_TYPES",
     "TIDB",
+    "TRANSIENT_CLASSES",
     "TRANSIENT_ERRORS",
     "DDLPlan",
     "DeleteGroup",
@@ -61,8 +61,6 @@ __all__ = [
     "classify_ddl_error",
     "classify_dml_error",
     "dialect_by_name",
-    "is_transient",
-    "mysql_error_code",
     "plan_ddl",
     "plan_table",
     "plan_window",

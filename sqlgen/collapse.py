@@ -60,6 +60,7 @@ from operator import itemgetter
 from typing import Any, Literal
 
 from applier.codec.events import FLAG_GENERATED, FLAG_HANDLE_KEY, Row, RowEvent, RowKind
+from applier.errors import InputError
 
 _DELETE = RowKind.DELETE
 _UPDATE = RowKind.UPDATE
@@ -71,7 +72,7 @@ Key = tuple[tuple[str, ...], tuple[Any, ...]]
 """A handle key: (column names, values), both in image column order."""
 
 
-class PlanError(ValueError):
+class PlanError(InputError, ValueError):
     """An event that cannot be applied safely (e.g. a delete with no usable WHERE columns)."""
 
     def __init__(self, reason: str, event: RowEvent) -> None:

@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from applier.errors import ApplierError
 from sqlgen.ddl import SKIP_DDL_TYPES
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, STRING, TIDB_COMMENT, WORD, Token, tokenize
 
@@ -56,7 +57,7 @@ ALWAYS_RESERVED = frozenset({"mysql", "information_schema", "performance_schema"
 """The server's own schemas: no replicated DDL may touch them."""
 
 
-class HostileDDL(ValueError):
+class HostileDDL(ApplierError, ValueError):
     """A DDL event whose text is not the DDL its type code and key describe; the message says why."""
 
 

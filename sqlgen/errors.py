@@ -14,6 +14,7 @@ the caller should do; retry policy, backoff and logging are the caller's busines
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 ALREADY_APPLIED_DDL_ERRORS = frozenset(
     {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1068, 1091, 1176, 1507, 1517}
@@ -21,21 +22,29 @@ ALREADY_APPLIED_DDL_ERRORS = frozenset(
 NEVER_RETRY_DDL_ERRORS = frozenset(
     {1044, 1045, 1046, 1049, 1064, 1149, 1066, 1072, 1082, 1146, 1166, 1505, 3750}
 )
-TRANSIENT_ERRORS = frozenset(
-    {
-        1205,  # lock wait timeout
-        1213,  # deadlock
-        2002,  # can't connect (socket)
-        2003,  # can't connect (TCP)
-        2006,  # server has gone away
-        2013,  # lost connection during query
-        1040,  # too many connections
-        1053,  # server shutdown in progress
-        1927,  # MariaDB: connection was killed
-        2055,  # lost connection (system error)
-        4031,  # MySQL 8: disconnected by the server because of inactivity
-    }
-)
+# The one table of transient codes: the server did not apply the statement, or the session died;
+# replaying the whole unit of work on a new session may succeed. Each code names the class its
+# retries are counted and logged under (``applier.downstream.errors.retry_class``).
+#   1317 ER_QUERY_INTERRUPTED: the statement was killed (KILL QUERY); the transaction is rolled
+#        back, so replaying it is safe (on stop the daemon kills its own statement and does not
+#        replay: ``applier.apply.window_applier.Stopping``);
+#   1927 ER_CONNECTION_KILLED (MariaDB): our session was killed while a statement ran;
+#   4031 (MySQL >= 8.0.24): idle session disconnected by wait_timeout, sent as an error packet.
+TRANSIENT_CLASSES: Final = {
+    1205: "lock_wait",  # lock wait timeout
+    1213: "deadlock",
+    1317: "interrupted",
+    1053: "server_shutdown",  # shutdown in progress: the connection is about to die
+    1040: "connection",  # too many connections
+    1927: "connection",
+    2002: "connection",  # can't connect (socket)
+    2003: "connection",  # can't connect (TCP)
+    2006: "connection",  # server has gone away
+    2013: "connection",  # lost connection during query
+    2055: "connection",  # lost connection (system error)
+    4031: "connection",
+}
+TRANSIENT_ERRORS: Final = frozenset(TRANSIENT_CLASSES)
 PERMANENT_DML_ERRORS = frozenset(
     {
         1049,  # unknown database
@@ -89,19 +98,3 @@ def classify_dml_error(code: int | None) -> ErrorClass:
     if code in PERMANENT_DML_ERRORS:
         return ErrorClass.FATAL
     return ErrorClass.UNKNOWN
-
-
-def is_transient(code: int | None) -> bool:
-    return code in TRANSIENT_ERRORS
-
-
-def mysql_error_code(exc: BaseException) -> int | None:
-    """The numeric error code of a pymysql (or MySQLdb-style) exception, else None.
-
-    pymysql puts the server's code in ``args[0]``; its client-side connection errors use the
-    CR_* codes (2003, 2013, ...), which the sets above include.
-    """
-    args = getattr(exc, "args", ())
-    if args and type(args[0]) is int:
-        return args[0]
-    return None

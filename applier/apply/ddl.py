@@ -40,6 +40,7 @@ from applier.apply.catalogue import Catalogue, Fingerprint
 from applier.codec.events import DDLEvent
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.lock import ActiveLock
+from applier.errors import FatalError
 from applier.ops.logs import get_logger
 from checkpoint import CheckpointStore, JournalEntry, ddl_digest, ddl_fields
 from sqlgen import MARIADB, MYSQL, DDLPlan, Dialect, ErrorClass, classify_ddl_error, plan_ddl
@@ -47,11 +48,11 @@ from sqlgen.ddl_guard import HostileDDL, check_ddl
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, tokenize
 
 
-class DDLFailed(RuntimeError):
+class DDLFailed(FatalError, RuntimeError):
     """A DDL failed with an error that retrying cannot fix; the message names the DDL and the code."""
 
 
-class DDLUnsettled(RuntimeError):
+class DDLUnsettled(FatalError, RuntimeError):
     """A DDL journaled before a crash cannot be decided from the catalogue; an operator must look."""
 
 

@@ -23,6 +23,7 @@ from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retr
 from applier.downstream.session import close_quietly, connect, connection_id
 from applier.downstream.url import DownstreamConfig
 from applier.downstream.watch import StatementWatch, Watched
+from applier.errors import FatalError
 from applier.ops.logs import get_logger
 from applier.stream.window import Window
 from checkpoint import CheckpointStore
@@ -36,7 +37,7 @@ from sqlgen import (
 )
 
 
-class ApplyError(RuntimeError):
+class ApplyError(FatalError, RuntimeError):
     """A permanent downstream error: replaying cannot help, an operator must look."""
 
 

@@ -48,6 +48,7 @@ from applier.downstream.lock import ActiveLock
 from applier.downstream.retry import Backoff, run_with_retry
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
+from applier.errors import FatalError, fatal_in_task, task_error_line
 from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
 from applier.ops.logs import get_logger
@@ -64,7 +65,7 @@ WRITE_STATS_SCHEMA = (
 EVENTS_PER_WRITER = 250_000  # more writer partitions than cores when an epoch is big: bounds task memory
 
 
-class CatchupError(RuntimeError):
+class CatchupError(FatalError, RuntimeError):
     """The catch-up cannot proceed; the message says why (no traceback for the operator)."""
 
 
@@ -97,11 +98,14 @@ def _stats_batch(stats: WriteStats) -> pa.RecordBatch:
 
 def _keyed_task(batches: Iterator[pa.RecordBatch], spec: WriteSpec) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of the keyed writers (module level, so Spark pickles it by reference)."""
-    yield _stats_batch(write_keyed(batches, spec))
+    with fatal_in_task():
+        stats = write_keyed(batches, spec)
+    yield _stats_batch(stats)
 
 
 def _keyless_task(tp: TablePlan, spec: WriteSpec) -> WriteStats:
-    return write_keyless(tp, spec)
+    with fatal_in_task():
+        return write_keyless(tp, spec)
 
 
 def downstream_config(cfg: Config) -> DownstreamConfig:
@@ -626,26 +630,14 @@ def _keyless_by_epoch(
     return {n: {t: plan_table(t[0], t[1], evs) for t, evs in tables.items()} for n, tables in grouped.items()}
 
 
-_KNOWN_ERRORS = (
-    "WriteError",
-    "KafkaReadError",
-    "MalformedRecordError",
-    "LargeMessageNotConfigured",
-    "LargeMessageUnavailable",
-    "PlanError",
-)
-
-
 def _spark_call(fn):
-    """Run a Spark action; a task's own error (bad record, refused statement) becomes one clear line."""
+    """Run a Spark action; a task's ``FatalError`` (bad record, refused statement) becomes one line."""
     try:
         return fn()
     except Exception as exc:
-        text = str(exc)
-        for line in reversed(text.splitlines()):
-            stripped = line.strip()
-            if any(stripped.startswith(name) or f".{name}:" in stripped for name in _KNOWN_ERRORS):
-                raise CatchupError(stripped) from None
+        line = task_error_line(str(exc))
+        if line is not None:
+            raise CatchupError(line) from None
         raise
 
 

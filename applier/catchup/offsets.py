@@ -28,7 +28,7 @@ from typing import Protocol
 from applier.catchup.tso import PHYSICAL_SHIFT
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import ResolvedEvent
-from applier.kafka.reader import KafkaReadError, base_consumer_config
+from applier.kafka.reader import KafkaReadError, base_consumer_config, is_fatal_kafka_error
 
 EARLIEST = "earliest"
 END = "end"
@@ -197,12 +197,7 @@ class KafkaOffsets:
                         if err.code() == KafkaError._PARTITION_EOF:
                             first.setdefault(p, msg.offset())
                             continue
-                        if err.fatal() or err.code() in (
-                            KafkaError.UNKNOWN_TOPIC_OR_PART,
-                            KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                            KafkaError._AUTO_OFFSET_RESET,
-                            KafkaError.OFFSET_OUT_OF_RANGE,
-                        ):
+                        if is_fatal_kafka_error(err):
                             raise KafkaReadError(f"Kafka error on topic {self.topic!r}: {err.str()}")
                         continue
                     first.setdefault(p, msg.offset())

@@ -40,7 +40,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from applier.catchup.offsets import OffsetRange
 from applier.catchup.rows import SPARK_SCHEMA, BatchBuilder
 from applier.codec.decoder import DecoderOptions, decode_record
-from applier.kafka.reader import KafkaReadError, base_consumer_config
+from applier.errors import fatal_in_task
+from applier.kafka.reader import KafkaReadError, base_consumer_config, is_fatal_kafka_error
 from applier.large_messages.resolver import LargeMessageQueue
 from applier.large_messages.settings import LargeMessageSettings
 
@@ -109,12 +110,7 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                                 f"{msg.offset()}, before the planned end {rng.end} (retention? truncation?)"
                             )
                         continue
-                    if err.fatal() or err.code() in (
-                        KafkaError.UNKNOWN_TOPIC_OR_PART,
-                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                        KafkaError._AUTO_OFFSET_RESET,
-                        KafkaError.OFFSET_OUT_OF_RANGE,
-                    ):
+                    if is_fatal_kafka_error(err):
                         raise KafkaReadError(f"Kafka error on topic {spec.topic!r}: {err.str()}")
                     continue
                 off = msg.offset()
@@ -185,7 +181,8 @@ class _Reader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        yield from read_range(self.spec, OffsetRange(partition.partition, partition.start, partition.end))
+        with fatal_in_task():
+            yield from read_range(self.spec, OffsetRange(partition.partition, partition.start, partition.end))
 
 
 class OpenProtocolSource(DataSource):

@@ -37,6 +37,7 @@ from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, run_with_retry
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
+from applier.errors import FatalError
 from checkpoint import CheckpointStore
 from checkpoint.schema import quote_ident
 from sqlgen import Dialect, Statement, TablePlan, plan_table, statement_too_large, table_statements
@@ -44,7 +45,7 @@ from sqlgen import Dialect, Statement, TablePlan, plan_table, statement_too_larg
 TableKey = tuple[str, str]
 
 
-class WriteError(RuntimeError):
+class WriteError(FatalError, RuntimeError):
     """A permanent downstream error: retrying cannot help, the message says what was refused."""
 
 

@@ -63,6 +63,7 @@ from applier.codec.values import a2b_base64 as _a2b_base64
 from applier.codec.values import decimal_match as _decimal_match
 from applier.codec.values import escape_decode as _escape_decode
 from applier.codec.values import search_slow_escape as _search_slow_escape
+from applier.errors import ApplierError
 from sqlgen.ddl_guard import HostileDDL, check_ddl
 
 __all__ = ["DEFAULT_OPTIONS", "DecoderOptions", "decode_record"]
@@ -298,7 +299,7 @@ def _careful_event(
         raise _EventError(f"{type(e).__name__}: {e}", doc) from e
 
 
-class _EventError(Exception):
+class _EventError(ApplierError):
     """An event that the careful path rejected: reason and excerpt, position still to be added."""
 
     def __init__(self, reason: str, excerpt: Any) -> None:

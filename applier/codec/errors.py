@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from applier.errors import InputError
 
-class MalformedRecordError(ValueError):
+
+class MalformedRecordError(InputError, ValueError):
     """A Kafka record that is not valid TiCDC Open Protocol.
 
     Carries where it was found (topic, partition, offset, the event's index in the record, -1

@@ -9,8 +9,10 @@ arguments keeps their signatures small and the hot loop cheap.
 
 from __future__ import annotations
 
+from applier.errors import ApplierError
 
-class Problem(Exception):
+
+class Problem(ApplierError):
     """Bad input found by a codec helper; converted to MalformedRecordError by the decoder."""
 
     def __init__(self, reason: str, excerpt: bytes | str | None = None) -> None:

@@ -11,9 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from applier.codec.decoder import DecoderOptions, decode_record
-from applier.codec.errors import MalformedRecordError
 from applier.codec.events import DDLEvent, LargeMessageEvent, ResolvedEvent, RowEvent
-from applier.kafka.reader import KafkaReadError, PartitionReader, Record, read_all
+from applier.errors import EXIT_OK, FatalError
+from applier.kafka.reader import PartitionReader, Record, read_all
 
 
 @dataclass
@@ -79,10 +79,10 @@ def run_decode(cfg) -> int:
         partitions = reader.discover_partitions()
         records = read_all(reader, dict.fromkeys(partitions, "earliest"))
         summary = summarise(records, cfg.topic, cfg.decoder_options())
-    except (KafkaReadError, MalformedRecordError) as exc:
+    except FatalError as exc:
         print(f"applier: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     finally:
         reader.close()
     print(summary.render())
-    return 0
+    return EXIT_OK

@@ -30,34 +30,29 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType
 
-from applier.apply.ddl import DDLExecutor, DDLUnsettled, detect_dialect
-from applier.apply.window_applier import ApplyError, PendingApply, PreparedWindow, Stopping, WindowApplier
+from applier.apply.ddl import DDLExecutor, detect_dialect
+from applier.apply.window_applier import PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
 from applier.codec.errors import MalformedRecordError
-from applier.downstream.errors import DownstreamConnectError
-from applier.downstream.lock import ActiveLock, LockLost, LockWait
+from applier.codec.events import Event
+from applier.downstream.lock import ActiveLock, LockWait
 from applier.downstream.session import close_quietly, connect
-from applier.downstream.url import DownstreamConfig, DownstreamConfigError
 from applier.downstream.watch import StatementWatch
-from applier.kafka.reader import KafkaReadError, PartitionReader
+from applier.errors import EXIT_FATAL, EXIT_OK, FatalError, InputError
+from applier.kafka.reader import PartitionReader, Record
 from applier.large_messages.resolver import LargeMessageError, LargeMessageQueue
-from applier.ops.logs import configure, get_logger
+from applier.large_messages.settings import LargeMessageSettings
+from applier.ops.logs import get_logger
 from applier.ops.observer import Observer, Observers
 from applier.ops.redact import redact_text
+from applier.settings.downstream import downstream_config
 from applier.settings.schema import Config
 from applier.stream.barrier import Barrier
-from applier.stream.listener import RowsBehindWatermark, cache_bytes
+from applier.stream.listener import cache_bytes
 from applier.stream.partition_watch import PartitionWatch
 from applier.stream.progress import CheckpointState
 from applier.stream.spill import SpillDir, default_spill_root
-from checkpoint import CheckpointStore, FencedOut
-
-EXIT_OK = 0
-EXIT_FATAL = 1
-
-
-class Fatal(RuntimeError):
-    """Stop the daemon with one clear log line and a non-zero exit (systemd restarts it)."""
+from checkpoint import CheckpointStore
 
 
 def start_offsets(
@@ -114,6 +109,13 @@ class Daemon:
     _inflight: PendingApply | None = None  # the window the apply thread works on
     statements: StatementWatch | None = None  # lock waits of our statements (set once active)
     _waits_seen = 0  # StatementWatch.version last passed to the observers
+    # loop state (``_start_loop_state``): bad input seen, partitions refused or empty, pacing
+    _bad_input: InputError | None = None
+    _bad_partitions: set[int]
+    _flagged: set[int]
+    _drain_deadline = 0.0
+    _next_lock_check = 0.0
+    _last_holdback_log = 0.0
     _last_spill_log = 0.0
     _spilled_total = 0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
@@ -125,10 +127,8 @@ class Daemon:
         self.log = get_logger(changefeed=cfg.group_id, topic=cfg.topic)
         self._stop = threading.Event()
         self.options = cfg.decoder_options()
-        self.downstream = DownstreamConfig.from_url(cfg.downstream).with_options(
-            time_zone=cfg.time_zone,
-            **({"password_file": cfg.downstream_password_file} if cfg.downstream_password_file else {}),
-        )
+        self.downstream = downstream_config(cfg)  # raises ConfigurationError
+        self.large = LargeMessageSettings.from_config(cfg).queue(self.options)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
         self.lock: ActiveLock | None = None
         self.reader: PartitionReader | None = None
@@ -155,19 +155,7 @@ class Daemon:
         except Stopping:
             self.log.info("stopped")
             return EXIT_OK
-        except (
-            Fatal,
-            ApplyError,
-            MalformedRecordError,
-            LargeMessageError,
-            RowsBehindWatermark,
-            KafkaReadError,
-            DownstreamConnectError,
-            DownstreamConfigError,
-            LockLost,
-            FencedOut,
-            DDLUnsettled,
-        ) as exc:
+        except FatalError as exc:
             self.log.error("fatal: " + redact_text(str(exc)), error_type=type(exc).__name__)
             self.observer.on_error(type(exc).__name__)
             self.observer.on_state("failed")
@@ -247,7 +235,7 @@ class Daemon:
         finally:
             close_quietly(conn)
         if ckpt.topic is not None and ckpt.topic != cfg.topic and ckpt.resolved_ts:
-            raise Fatal(
+            raise FatalError(
                 f"changefeed {cfg.group_id!r} has a checkpoint for topic {ckpt.topic!r}, not {cfg.topic!r}; "
                 "use another --group-id or reset the checkpoint"
             )
@@ -317,15 +305,38 @@ class Daemon:
 
     # -- the loop ------------------------------------------------------------------------------
     def _loop(self) -> int:
-        """Read, decode and feed records; apply what the barrier releases; pace the reading.
+        """The stages, once per batch of records: read, feed, apply ready windows, report, pace.
 
         Applying runs on a background thread, one window at a time (``_apply_ready``), so the
         next records are read and decoded while the database works on the current window. The
         in-flight window is always finished (committed or rolled back) before this returns or
         raises, so nothing is left half-done and the apply connection is idle when closed.
         """
-        assert self.reader is not None and self.barrier is not None and self.applier is not None
-        assert self.watch is not None
+        assert self.barrier is not None
+        self._tune_runtime()
+        self._start_loop_state()
+        try:
+            while not self._stop.is_set():
+                records = self._read()
+                self._feed(records)
+                applied = self._apply_ready()
+                self._report(active=bool(records) or applied)
+                self._stop_on_bad_input()
+                self._pace()
+                if self._caught_up(records):
+                    self.log.info(
+                        "caught up: every partition read to its end and applied",
+                        resolved_ts=self.barrier.applied_ts,
+                    )
+                    return EXIT_OK
+            self._apply_ready(drain=True)  # stop requested: finish (or roll back) the window in flight
+        finally:
+            self._finish_inflight()
+        self.log.info("stopped", resolved_ts=self.barrier.applied_ts)
+        return EXIT_OK
+
+    def _tune_runtime(self) -> None:
+        """Garbage collection and thread switching set for a loop that holds millions of rows."""
         # Cyclic GC: the row cache keeps millions of small containers alive, which the default
         # thresholds rescan over and over (it was a third of the CPU time in the benchmark). The
         # objects of start-up never become garbage: freeze them; collect the young ones rarely.
@@ -335,160 +346,188 @@ class Daemon:
         # back from this (CPU-bound) thread. Python hands it over after the switch interval, once
         # per statement: 5 ms by default, which added seconds per million rows.
         sys.setswitchinterval(self.SWITCH_INTERVAL)
-        reader, barrier, cfg, watch = self.reader, self.barrier, self.cfg, self.watch
-        topic, options = cfg.topic, self.options
-        next_lock_check = time.monotonic() + self.LOCK_CHECK_SECONDS
-        last_holdback_log = 0.0
-        bad_input: Exception | None = None
-        bad_partitions: set[int] = set()
-        flagged: set[int] = set()  # bad or empty partitions: the only per-record check
-        drain_deadline = 0.0
+
+    def _start_loop_state(self) -> None:
+        self._next_lock_check = time.monotonic() + self.LOCK_CHECK_SECONDS
+        self._last_holdback_log = 0.0
+        self._bad_input = None
+        self._bad_partitions = set()
+        self._flagged = set()  # bad or empty partitions: the only per-record check
+        self._drain_deadline = 0.0
         self._last_spill_log = 0.0
         self._inflight = self._prepared = None
-        large = self.large
 
-        def refuse(partition: int, exc: Exception) -> None:
-            """Bad input at ``partition``: nothing of it or after it is fed; stop once drained."""
-            nonlocal bad_input, drain_deadline, flagged
-            if bad_input is None:
-                bad_input, drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
-            bad_partitions.add(partition)
-            flagged.add(partition)
-            reader.pause([partition])
-            if large is not None:
-                large.drop(partition)
+    # -- stage: read ---------------------------------------------------------------------------
+    def _read(self) -> list[Record]:
+        """The next batch of records, or none while enough is cached for the window in flight."""
+        reader, barrier = self.reader, self.barrier
+        assert reader is not None and barrier is not None
+        pending = self._inflight
+        if pending is None:
+            return reader.poll(self.POLL_RECORDS, self.POLL_TIMEOUT)
+        if barrier.total_cached_rows() > self.READ_AHEAD_ROWS:
+            # Enough is cached for the next window: let the one in flight finish first rather
+            # than grow memory (applying is the bottleneck right now).
+            pending.wait(self.POLL_TIMEOUT)
+            return []
+        # Read what has arrived; with nothing to read, wait for the window in flight (not for the
+        # broker), so the next window starts as soon as it committed.
+        records = reader.poll(self.POLL_RECORDS, 0)
+        if not records:
+            pending.wait(self.POLL_TIMEOUT)
+        return records
 
-        def feed(rec, events, fetched: int = 0) -> None:  # type: ignore[no-untyped-def]
+    # -- stage: decode and feed ----------------------------------------------------------------
+    def _feed(self, records: list[Record]) -> None:
+        """Decode each record and feed it to its partition's listener (via the large-message stage
+        when it holds one); then move what memory cannot hold to disk.
+
+        Flat on purpose: this runs once per record, and a window that finished meanwhile is
+        handed its successor every ``HANDOFF_RECORDS`` records.
+        """
+        watch, large, options, topic = self.watch, self.large, self.options, self.cfg.topic
+        assert watch is not None
+        for n, rec in enumerate(records, 1):
+            if n % self.HANDOFF_RECORDS == 0:
+                self._spill_over()  # memory stays bounded within a batch too
+                if self._inflight is not None and self._inflight.done():
+                    self._apply_ready()  # keep the database busy: hand it the next window now
+            if rec.partition in self._flagged:
+                if rec.partition in self._bad_partitions:
+                    continue  # after a bad record: never applied (a restart stops at the same record)
+                watch.record_arrived(rec.partition)  # was empty: the barrier waits for it again
+                self._flagged = self._bad_partitions | watch.empty
             try:
-                size = cache_bytes(len(rec.value or b"") + len(rec.key or b"") + fetched, events)
-                barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
-            except (LargeMessageError, RowsBehindWatermark) as exc:
-                refuse(rec.partition, exc)
+                events = decode_record(
+                    rec.key,
+                    rec.value,
+                    topic=topic,
+                    partition=rec.partition,
+                    offset=rec.offset,
+                    options=options,
+                )
+            except MalformedRecordError as exc:
+                self._refuse(rec.partition, exc)
+                continue
+            if large is not None and (large.holds(rec.partition) or large.holds_large(events)):
+                # Its rows are fetched off this thread; it (and what follows it on its partition)
+                # is fed once they are there (applier.large_messages).
+                try:
+                    large.add(rec.partition, rec, events, len(rec.value or b"") + len(rec.key or b""))
+                except LargeMessageError as exc:
+                    self._refuse(rec.partition, exc)
+                continue
+            self._feed_one(rec, events)
+        if large is not None and large.busy():
+            self._feed_fetched()
+        if watch.settle():
+            self._flagged = self._bad_partitions | watch.empty
+        self._spill_over()
 
-        def feed_resolved() -> None:
-            """Records whose large messages were fetched meanwhile, in offset order per partition."""
-            assert large is not None
-            done, failures = large.ready()
-            for rec, events, fetched in done:
-                if rec.partition not in bad_partitions:
-                    feed(rec, events, fetched)
-            for exc in failures:
-                refuse(exc.position.partition, exc)
-
+    def _feed_one(self, rec: Record, events: Sequence[Event], fetched: int = 0) -> None:
+        assert self.barrier is not None
         try:
-            while not self._stop.is_set():
-                pending = self._inflight
-                if pending is None:
-                    records = reader.poll(self.POLL_RECORDS, self.POLL_TIMEOUT)
-                elif barrier.total_cached_rows() > self.READ_AHEAD_ROWS:
-                    # Enough is cached for the next window: let the one in flight finish first
-                    # rather than grow memory (applying is the bottleneck right now).
-                    records = []
-                    pending.wait(self.POLL_TIMEOUT)
-                else:
-                    # Read what has arrived; with nothing to read, wait for the window in flight
-                    # (not for the broker), so the next window starts as soon as it committed.
-                    records = reader.poll(self.POLL_RECORDS, 0)
-                    if not records:
-                        pending.wait(self.POLL_TIMEOUT)
-                for n, rec in enumerate(records, 1):
-                    if n % self.HANDOFF_RECORDS == 0:
-                        self._spill_over()  # memory stays bounded within a batch too
-                        if self._inflight is not None and self._inflight.done():
-                            self._apply_ready()  # keep the database busy: hand it the next window now
-                    if rec.partition in flagged:
-                        if rec.partition in bad_partitions:
-                            continue  # after a bad record: never applied (a restart stops at the same record)
-                        watch.record_arrived(rec.partition)  # was empty: the barrier waits for it again
-                        flagged = bad_partitions | watch.empty
-                    try:
-                        events = decode_record(
-                            rec.key,
-                            rec.value,
-                            topic=topic,
-                            partition=rec.partition,
-                            offset=rec.offset,
-                            options=options,
-                        )
-                    except MalformedRecordError as exc:
-                        refuse(rec.partition, exc)
-                        continue
-                    if large is not None and (large.holds(rec.partition) or large.holds_large(events)):
-                        # Its rows are fetched off this thread; it (and what follows it on its
-                        # partition) is fed once they are there (applier.large_messages).
-                        try:
-                            large.add(rec.partition, rec, events, len(rec.value or b"") + len(rec.key or b""))
-                        except LargeMessageError as exc:
-                            refuse(rec.partition, exc)
-                        continue
-                    feed(rec, events)
-                if large is not None and large.busy():
-                    feed_resolved()
-                if watch.settle():
-                    flagged = bad_partitions | watch.empty
-                self._spill_over()
-                applied = self._apply_ready()
-                self.observer.on_tick(barrier, reader, bool(records) or applied)
-                self._report_waits()
-                if bad_input is not None and self._drained(drain_deadline, bad_partitions):
-                    # Everything the barrier could release before the bad record is applied and
-                    # checkpointed; nothing at or after it is. A restart stops at the same record.
-                    self._apply_ready(drain=True)
-                    raise bad_input
-                now = time.monotonic()
-                if now >= next_lock_check:
-                    self.lock.ensure_held(check=True)  # type: ignore[union-attr]
-                    next_lock_check = now + self.LOCK_CHECK_SECONDS
-                watch.add_new(now)  # paced by the reader: one metadata request every 30 s
-                # Back-pressure: stop reading the partitions that are ahead of the barrier when the
-                # cache is over --max-cached-bytes, or when one of them alone is AHEAD_ROWS ahead;
-                # the ones holding the barrier back keep being read, so it always moves.
-                ahead = barrier.partitions_far_ahead(self.AHEAD_ROWS, reader.paused)
-                if large is not None:
-                    ahead |= large.over_limit()  # fetched rows wait in memory: bounded too
-                to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes) | ahead
-                if to_pause - reader.paused:
-                    reader.pause(to_pause)
-                    if now - last_holdback_log > 10 and barrier.total_cached_bytes() > cfg.max_cached_bytes:
-                        self.log.warning(
-                            "row cache full: pausing partitions ahead of the barrier",
-                            cached_bytes=barrier.total_cached_bytes(),
-                            paused=sorted(reader.paused),
-                            holding_back=barrier.holding_back(),
-                            global_resolved_ts=barrier.global_resolved(),
-                        )
-                        last_holdback_log = now
-                if reader.paused:
-                    resume = barrier.partitions_to_resume(reader.paused, cfg.max_cached_bytes)
-                    reader.resume(resume - ahead - bad_partitions)
-                if (
-                    cfg.exit_when_caught_up
-                    and not records
-                    and self._inflight is None
-                    and (large is None or not large.busy())
-                    and reader.all_at_end()
-                    and barrier.next_window() is None
-                ):
-                    self.log.info(
-                        "caught up: every partition read to its end and applied",
-                        resolved_ts=barrier.applied_ts,
-                    )
-                    return EXIT_OK
-            self._apply_ready(drain=True)  # stop requested: finish (or roll back) the window in flight
-        finally:
-            # On the way out after an error: wait for the window in flight, whatever its outcome.
-            # Its transaction either commits (with its checkpoint: a restart resumes after it) or
-            # rolls back; both are consistent. Its own error, if any, is dropped: the error that
-            # is already stopping the daemon is the one to report.
-            # Bounded: leaving for an error is a stop too, and a statement waiting on a lock is killed.
-            pending, self._inflight, self._prepared = self._inflight, None, None
-            if pending is not None:
-                if self._wait_inflight(pending, stopping=True):
-                    with contextlib.suppress(BaseException):
-                        pending.result()
-                self.applier.deliver_notifications()
-        self.log.info("stopped", resolved_ts=barrier.applied_ts)
-        return EXIT_OK
+            size = cache_bytes(len(rec.value or b"") + len(rec.key or b"") + fetched, events)
+            self.barrier.feed(rec.partition, rec.offset, events, size, (rec.key, rec.value))
+        except InputError as exc:  # refused by the listener (a row below its watermark, a large message)
+            self._refuse(rec.partition, exc)
+
+    def _feed_fetched(self) -> None:
+        """Records whose large messages were fetched meanwhile, in offset order per partition."""
+        assert self.large is not None
+        done, failures = self.large.ready()
+        for rec, events, fetched in done:
+            if rec.partition not in self._bad_partitions:
+                self._feed_one(rec, events, fetched)
+        for exc in failures:
+            self._refuse(exc.position.partition, exc)
+
+    def _refuse(self, partition: int, exc: InputError) -> None:
+        """Bad input at ``partition``: nothing of it or after it is fed; stop once drained."""
+        assert self.reader is not None
+        if self._bad_input is None:
+            self._bad_input, self._drain_deadline = exc, time.monotonic() + self.DRAIN_SECONDS
+        self._bad_partitions.add(partition)
+        self._flagged.add(partition)
+        self.reader.pause([partition])
+        if self.large is not None:
+            self.large.drop(partition)
+
+    # -- stages: report, stop on bad input, pace ------------------------------------------------
+    def _report(self, active: bool) -> None:
+        """Tell the observers (metrics, health, systemd) how the loop is doing."""
+        self.observer.on_tick(self.barrier, self.reader, active)
+        self._report_waits()
+
+    def _stop_on_bad_input(self) -> None:
+        """After bad input, once the healthy partitions are drained: apply what can be, then raise.
+
+        Everything the barrier could release before the bad record is applied and checkpointed;
+        nothing at or after it is. A restart stops at the same record.
+        """
+        if self._bad_input is not None and self._drained(self._drain_deadline, self._bad_partitions):
+            self._apply_ready(drain=True)
+            raise self._bad_input
+
+    def _pace(self) -> None:
+        """Lock check, new partitions, and back-pressure on the reading."""
+        reader, barrier, cfg, large = self.reader, self.barrier, self.cfg, self.large
+        assert reader is not None and barrier is not None and self.watch is not None
+        now = time.monotonic()
+        if now >= self._next_lock_check:
+            self.lock.ensure_held(check=True)  # type: ignore[union-attr]
+            self._next_lock_check = now + self.LOCK_CHECK_SECONDS
+        self.watch.add_new(now)  # paced by the reader: one metadata request every 30 s
+        # Back-pressure: stop reading the partitions that are ahead of the barrier when the cache
+        # is over --max-cached-bytes, or when one of them alone is AHEAD_ROWS ahead; the ones
+        # holding the barrier back keep being read, so it always moves.
+        ahead = barrier.partitions_far_ahead(self.AHEAD_ROWS, reader.paused)
+        if large is not None:
+            ahead |= large.over_limit()  # fetched rows wait in memory: bounded too
+        to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes) | ahead
+        if to_pause - reader.paused:
+            reader.pause(to_pause)
+            if now - self._last_holdback_log > 10 and barrier.total_cached_bytes() > cfg.max_cached_bytes:
+                self.log.warning(
+                    "row cache full: pausing partitions ahead of the barrier",
+                    cached_bytes=barrier.total_cached_bytes(),
+                    paused=sorted(reader.paused),
+                    holding_back=barrier.holding_back(),
+                    global_resolved_ts=barrier.global_resolved(),
+                )
+                self._last_holdback_log = now
+        if reader.paused:
+            resume = barrier.partitions_to_resume(reader.paused, cfg.max_cached_bytes)
+            reader.resume(resume - ahead - self._bad_partitions)
+
+    def _caught_up(self, records: list[Record]) -> bool:
+        """``--exit-when-caught-up``: every partition read to its end and everything applied."""
+        reader, barrier, large = self.reader, self.barrier, self.large
+        assert reader is not None and barrier is not None
+        return (
+            self.cfg.exit_when_caught_up
+            and not records
+            and self._inflight is None
+            and (large is None or not large.busy())
+            and reader.all_at_end()
+            and barrier.next_window() is None
+        )
+
+    def _finish_inflight(self) -> None:
+        """On the way out: wait for the window in flight, whatever its outcome.
+
+        Its transaction either commits (with its checkpoint: a restart resumes after it) or rolls
+        back; both are consistent. Its own error, if any, is dropped: the error that is already
+        stopping the daemon is the one to report. Bounded: leaving for an error is a stop too,
+        and a statement waiting on a lock is killed.
+        """
+        assert self.applier is not None
+        pending, self._inflight, self._prepared = self._inflight, None, None
+        if pending is not None:
+            if self._wait_inflight(pending, stopping=True):
+                with contextlib.suppress(BaseException):
+                    pending.result()
+            self.applier.deliver_notifications()
 
     def _spill_over(self) -> None:
         """Move rows the barrier cannot release yet to disk when memory is over its bound (a
@@ -497,7 +536,7 @@ class Daemon:
         try:
             moved = self.barrier.spill_over(self.cfg.max_cached_bytes)
         except OSError as exc:  # a full or read-only disk: nothing of it was applied
-            raise Fatal(
+            raise FatalError(
                 f"cannot spill rows to {exc.filename or 'the spill directory'}: {exc.strerror or exc}; "
                 'free disk space there or set spill_dir (docs/operations.md, "Disk for huge transactions")'
             ) from None
@@ -618,36 +657,3 @@ class Daemon:
             "or rolls it back"
         )
         return False
-
-
-def run_daemon(cfg: Config) -> int:
-    # Operations (metrics, /healthz, /readyz, systemd notify) and the flat TLS/password settings
-    # live in their own modules; see applier/ops/wiring.py and applier/settings/downstream.py.
-    from applier.large_messages.settings import LargeMessageSettings
-    from applier.large_messages.storage import ObjectStoreConfigError
-    from applier.ops.http import HttpListenError
-    from applier.ops.wiring import Operations
-    from applier.settings.downstream import downstream_config
-
-    configure(cfg.log_format, cfg.log_level)
-    try:
-        daemon = Daemon(cfg)
-        daemon.downstream = downstream_config(cfg)
-        daemon.large = LargeMessageSettings.from_config(cfg).queue(daemon.options)
-    except (DownstreamConfigError, ObjectStoreConfigError) as exc:
-        print(f"applier: {redact_text(str(exc))}", file=sys.stderr)
-        return 2
-    try:
-        ops = Operations(cfg)
-    except HttpListenError as exc:
-        print(f"applier: configuration error: {exc}", file=sys.stderr)
-        return 2
-    for observer in ops.observers:
-        daemon.observer.add(observer)
-    daemon.install_signal_handlers()
-    ops.install_signal_hooks(daemon.request_stop)
-    ops.start(daemon.log)
-    try:
-        return daemon.run()
-    finally:
-        ops.close()

@@ -12,35 +12,14 @@ from typing import Final
 
 import pymysql
 
-# The one table of transient codes, each with the class its retries are counted and logged under.
-# Lock wait timeout, deadlock: the transaction was (or must be) rolled back; replaying it is the
-# documented remedy. 2002/2003: cannot connect (server restarting). 2006/2013: the connection died.
-# Codes that mean the same thing on some servers:
-#   1053 ER_SERVER_SHUTDOWN - server is shutting down, connection about to die;
-#   1317 ER_QUERY_INTERRUPTED - the statement was killed (KILL QUERY); the transaction is rolled
-#        back below, so replaying it is safe; on stop the daemon kills its own statement and
-#        does not replay (applier.apply.window_applier.Stopping);
-#   1927 ER_CONNECTION_KILLED (MariaDB) - our session was killed while a statement ran;
-#   4031 (MySQL >= 8.0.24) - idle session disconnected by wait_timeout, sent as an error packet.
-TRANSIENT_CLASSES: Final = {
-    1205: "lock_wait",
-    1213: "deadlock",
-    1317: "interrupted",
-    1053: "server_shutdown",
-    1927: "connection",
-    2002: "connection",
-    2003: "connection",
-    2006: "connection",
-    2013: "connection",
-    4031: "connection",
-}
-TRANSIENT_CODES: Final = frozenset(TRANSIENT_CLASSES)
+from applier.errors import FatalError
+from sqlgen.errors import TRANSIENT_CLASSES, TRANSIENT_ERRORS
 
 # Codes that mean "the server is not there" when they come from connect().
 UNREACHABLE_CODES: Final = frozenset({2002, 2003, 2005, 2006, 2013})
 
 
-class DownstreamConnectError(Exception):
+class DownstreamConnectError(FatalError):
     """Opening a downstream session failed. ``str()`` is one line, safe to show: no password.
 
     The CLI prints ``str(exc)`` instead of a traceback. ``errno`` is the MySQL error code when
@@ -80,7 +59,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, pymysql.err.InterfaceError):
         return True
     if isinstance(exc, pymysql.err.MySQLError):
-        return error_code(exc) in TRANSIENT_CODES
+        return error_code(exc) in TRANSIENT_ERRORS
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 

@@ -41,6 +41,7 @@ import pymysql
 from applier.downstream.errors import is_connection_loss, is_transient
 from applier.downstream.session import close_quietly, connect, connection_id
 from applier.downstream.url import DownstreamConfig
+from applier.errors import FatalError
 from applier.ops.logs import get_logger
 
 __all__ = ["ActiveLock", "LockLost", "LockWait", "lock_name"]
@@ -52,7 +53,7 @@ MAX_LOCK_NAME: Final = 64  # MySQL 5.7+ rejects longer user-level lock names
 _log = get_logger(component="lock")
 
 
-class LockLost(RuntimeError):
+class LockLost(FatalError, RuntimeError):
     """The single-active lock is gone: stop applying, another instance may already be active."""
 
 

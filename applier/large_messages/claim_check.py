@@ -18,9 +18,10 @@ import orjson
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.errors import MalformedRecordError
 from applier.codec.events import LargeMessageEvent, RowEvent
+from applier.errors import ApplierError
 
 
-class BadClaimCheckObject(ValueError):
+class BadClaimCheckObject(ApplierError, ValueError):
     """The object is not a claim-check message for its reference event; ``reason`` says why."""
 
     def __init__(self, reason: str) -> None:

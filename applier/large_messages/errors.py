@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from applier.codec.events import LargeMessageEvent, Position
+from applier.errors import InputError
 
 
 def where(pos: Position) -> str:
     return f"topic {pos.topic!r} partition {pos.partition} offset {pos.offset} event #{pos.index}"
 
 
-class LargeMessageError(Exception):
+class LargeMessageError(InputError):
     """A large-message event that cannot be applied; ``position`` is where it was read."""
 
     def __init__(self, message: str, position: Position) -> None:

@@ -50,6 +50,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import tenacity
 
 from applier.downstream.url import Secret
+from applier.errors import ApplierError, ConfigurationError
 from applier.ops.logs import get_logger
 from applier.ops.redact import redact_text, redact_url
 
@@ -78,11 +79,11 @@ INSTALL_HINT: Final = "pip install 'ticdc-applier[s3]'"
 # --- errors --------------------------------------------------------------------------------------
 
 
-class ObjectStoreError(Exception):
+class ObjectStoreError(ApplierError):
     """Base of every error of this module; its message never contains a secret."""
 
 
-class ObjectStoreConfigError(ObjectStoreError, ValueError):
+class ObjectStoreConfigError(ObjectStoreError, ConfigurationError, ValueError):
     """The storage root (URI or options) is unusable. A ValueError too, like the other config errors."""
 
 

@@ -31,6 +31,7 @@ from applier.codec.events import FLAG_BINARY, Row
 from applier.downstream.errors import DownstreamConnectError, error_code, is_transient
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
+from applier.errors import ApplierError
 from sqlgen.quoting import quote_ident, quote_table
 
 TYPE_VARCHAR, TYPE_BLOB = 15, 252
@@ -38,11 +39,11 @@ GC_PASSED = 8055  # TiDB: snapshot is older than GC safe point
 KEYS_PER_STATEMENT = 500
 
 
-class UpstreamRowMissing(LookupError):
+class UpstreamRowMissing(ApplierError, LookupError):
     """The upstream has no such row (or table) at that ts, or its history there was collected."""
 
 
-class UpstreamUnreachable(ConnectionError):
+class UpstreamUnreachable(ApplierError, ConnectionError):
     """The upstream could not be asked (connection refused or lost); worth asking again later."""
 
 

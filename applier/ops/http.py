@@ -13,11 +13,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from applier.errors import ConfigurationError
 from applier.ops.health import Health, Verdict
 from applier.ops.metrics import CONTENT_TYPE, MetricsObserver
 
 
-class HttpListenError(RuntimeError):
+class HttpListenError(ConfigurationError, RuntimeError):
     """The configured address cannot be bound (in use, not local, no permission)."""
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from applier.codec.decoder import DecoderOptions
 from applier.downstream.url import SSL_MODES
+from applier.errors import ConfigurationError
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigurationError, ValueError):
     """A setting is missing, unknown or has a bad value; the message names it."""
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from applier.errors import FatalError
 from applier.simulator.stream import SimRecord, Simulation, StreamConfig, simulate
 
 _PRODUCER_HEADROOM = 64 * 1024  # protocol overhead on top of a record's key and value
 
 
-class ProduceError(RuntimeError):
+class ProduceError(FatalError, RuntimeError):
     """Some records were not acknowledged by the broker; the topic holds an incomplete stream."""
 
 

@@ -34,13 +34,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from applier.codec.events import DDLEvent, Event, RowEvent
+from applier.errors import ApplierError
 from applier.stream.listener import KeylessVersions, PartitionListener
 from applier.stream.progress import CheckpointState, DDLKey, SharedProgress, TableKey, ddl_key
 from applier.stream.spill import GroupPart, SpillDir, StreamedRows
 from applier.stream.window import Window
 
 
-class StaleWindowError(RuntimeError):
+class StaleWindowError(ApplierError, RuntimeError):
     """``mark_applied`` got a window that was not built from the current applied state."""
 
 

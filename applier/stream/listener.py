@@ -55,6 +55,7 @@ from applier.codec.events import (
     ResolvedEvent,
     RowEvent,
 )
+from applier.errors import InputError
 from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.ops.logs import get_logger
 from applier.stream.progress import DDLKey, SharedProgress, TableKey, ddl_key
@@ -64,7 +65,7 @@ _HK = FLAG_HANDLE_KEY
 _K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
 
 
-class RowsBehindWatermark(ValueError):
+class RowsBehindWatermark(InputError, ValueError):
     """A partition the barrier had left out as empty delivered a row the watermark already passed.
 
     TiCDC starts writing to a partition it did not use (the default topic after a changefeed

@@ -27,11 +27,11 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
+from applier.downstream.errors import error_code
 from sqlgen import (
     MARIADB,
     ErrorClass,
     classify_ddl_error,
-    mysql_error_code,
     plan_ddl,
     plan_window,
     quote_ident,
@@ -437,7 +437,7 @@ def test_translated_tidb_ddl_runs_on_mariadb(conn, fresh_db: str, mariadb_params
     with pytest.raises(pymysql.err.MySQLError) as info:
         for sql in plan.statements():
             ddl(conn, sql)
-    assert classify_ddl_error(mysql_error_code(info.value)) is ErrorClass.ALREADY_APPLIED
+    assert classify_ddl_error(error_code(info.value)) is ErrorClass.ALREADY_APPLIED
 
     # schema-level DDL runs without USE, with placement stripped
     other = fresh_db + "_s"

@@ -1,0 +1,25 @@
+"""``applier config check``: the effective settings as ``run`` would use them, secrets masked."""
+
+from __future__ import annotations
+
+import json
+
+from applier.commands.run import report_configuration_error
+from applier.errors import EXIT_OK, ConfigurationError
+from applier.settings.downstream import downstream_config, password_source
+from applier.settings.schema import Config
+
+
+def run_config_check(cfg: Config) -> int:
+    try:  # the URL, TLS options and password file are checked as `run` will use them
+        downstream = downstream_config(cfg)
+    except ConfigurationError as exc:
+        return report_configuration_error(exc)
+    doc = {
+        "effective": cfg.masked(),
+        "sources": cfg.sources,
+        "downstream_effective": downstream.redacted(),
+        "downstream_password": password_source(cfg, downstream),
+    }
+    print(json.dumps(doc, indent=2, sort_keys=True))
+    return EXIT_OK
