@@ -17,7 +17,8 @@ Modules (pyspark is imported only by ``source``, ``session`` and ``job``, and on
 - :mod:`.replay` — the daemon's listener run over a skeleton of the backlog (keyless replays,
   resume offsets);
 - :mod:`.writer` — executor-side writes with ``sqlgen`` and the daemon's retry rules;
-- :mod:`.job` — the driver; :mod:`.report` — progress and summary; :mod:`.command` — the CLI.
+- :mod:`.job` — the driver; :mod:`.report` — progress and summary; the CLI is
+  :mod:`applier.commands.catchup`.
 
 The window and the epochs
 -------------------------
