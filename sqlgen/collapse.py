@@ -31,8 +31,8 @@ statements of one kind run in. The ordering rule "deletes before inserts at equa
 makes a split PK change (delete old key, insert new key, same ts) come out right when the new
 key equals another row's old key.
 
-This does not regroup a transaction into "deletes, updates, inserts" as TiCDC once did
-(tiflow#8552/#8597): there are no UPDATE statements at all, only whole-row REPLACEs of final
+This does not regroup a transaction into "deletes, updates, inserts" as TiCDC's own consumer once
+did (docs/open-protocol.md §6): there are no UPDATE statements at all, only whole-row REPLACEs of final
 states, which is why swaps converge here.
 
 Keyless tables (no column flagged handle key in any image of the window)

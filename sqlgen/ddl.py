@@ -26,7 +26,7 @@ and not a sqlglot round trip):
 - the same inside MySQL executable comments (``/*!90000 ... */``), dropping comments left empty;
 - TiDB's global index option ``GLOBAL``/``LOCAL`` (also as ``/*T![global_index] GLOBAL */``)
   and a partitioning change's ``UPDATE INDEXES (...)``. A global UNIQUE index of a CREATE TABLE
-  that has a primary key becomes a plain index (docs/open-protocol.md §8 says why that is safe
+  that has a primary key becomes a plain index (docs/open-protocol.md §8.3 says why that is safe
   and why it is not done elsewhere).
 
 Statements that exist only in TiDB (``CREATE/ALTER/DROP PLACEMENT POLICY``, ``... RESOURCE
@@ -418,7 +418,7 @@ class _Rewriter:
     def global_index(self, p: int) -> bool:
         """Handle TiDB's ``GLOBAL``/``LOCAL`` index option at ``p``: remove it, and turn a global
         UNIQUE index into a plain index where that keeps replication exact (docs/open-protocol.md
-        §8): a TiDB global unique index need not contain the partitioning columns, which MySQL
+        §8.3): a TiDB global unique index need not contain the partitioning columns, which MySQL
         and MariaDB refuse for any unique index of a partitioned table (error 1503)."""
         start = self.clause_start(p)
         if self.punct(start, "(") and self.depth[start] < self.depth[p]:

@@ -49,10 +49,10 @@ from sqlgen.quoting import column_list_fmt, quote_ident_fmt, quote_table, quote_
 
 TYPE_DECIMAL = 246
 _BOUNDED_TYPES = frozenset({1, 2, 3, 8, 9, 13, 16, 247, 248, 4, 5, 6})
-"""Column types whose values the decoder only ever gives as int, float or None (docs/open-protocol.md
-§4: the integer types, YEAR, BIT, ENUM, SET; FLOAT and DOUBLE; the NULL type): their literals are
-short. Every other column (text, blobs, JSON, DECIMAL, dates and times, unknown codes) is measured
-value by value."""
+"""Column types whose values the decoder only ever gives as int, float or None
+(docs/open-protocol.md §4: the integer types, YEAR, BIT, ENUM, SET; FLOAT and DOUBLE; the NULL
+type): their literals are short. Every other column (text, blobs, JSON, DECIMAL, dates and times,
+unknown codes) is measured value by value."""
 _BOUNDED_LITERAL_BYTES = 32
 """Longest literal of such a value: 20 characters for a 64-bit int, 26 for a float (``repr`` plus
 pymysql's ``e0``), ``NULL``; rounded up."""

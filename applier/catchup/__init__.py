@@ -17,7 +17,8 @@ Modules (pyspark is imported only by ``source``, ``session`` and ``job``, and on
 - :mod:`.replay` — the daemon's listener run over a skeleton of the backlog (keyless replays,
   resume offsets);
 - :mod:`.writer` — executor-side writes with ``sqlgen`` and the daemon's retry rules;
-- :mod:`.job` — the driver; :mod:`.report` — progress and summary; :mod:`.command` — the CLI.
+- :mod:`.job` — the driver; :mod:`.report` — progress and summary; the CLI is
+  :mod:`applier.commands.catchup`.
 
 The window and the epochs
 -------------------------
@@ -51,8 +52,8 @@ Crash safety: a killed catch-up, run again, converges
   does, so every keyless epoch is applied once.
 - After each epoch the global checkpoint moves to the epoch's end (rows only: no offsets), and a
   DDL is recorded in ``applied_ddl`` in the transaction that moves the checkpoint past it (an
-  interrupted DDL re-runs and its "already exists" errors are ignored, as in the daemon). A
-  re-run therefore restarts at the first epoch not completed.
+  interrupted DDL is settled from its journal and the catalogue, as in the daemon:
+  :mod:`applier.apply.ddl`). A re-run therefore restarts at the first epoch not completed.
 - The hand-off is one transaction: global resolved ts R, every table at R, every partition's
   resume offset and resolved ts, the DDLs executed. Running the catch-up again after it is a
   no-op on the data (it resumes from the stored offsets and finds nothing above R).

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-# Column flag bits (docs/open-protocol.md §3).
+# Column flag bits (docs/open-protocol.md §3.3).
 FLAG_BINARY = 0x01
 FLAG_HANDLE_KEY = 0x02
 FLAG_GENERATED = 0x04

@@ -1,4 +1,5 @@
-"""Why a large-message event cannot be applied: each error names where it was read (§9)."""
+"""Why a large-message event cannot be applied (docs/open-protocol.md §9): each error names where it
+was read."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Large-message events become ordinary row events before the listeners see them (§9).
+"""Large-message events become ordinary row events before the listeners see them (docs/open-protocol.md §9).
 
 The stage sits between the decoder and the listeners: a record holding a claim-check reference
 or a handle-key-only event waits here while its rows are fetched, and so does every later record

@@ -1,4 +1,5 @@
-"""Rows of handle-key-only events, read from the upstream TiDB as of their commit ts (§9.2).
+"""Rows of handle-key-only events, read from the upstream TiDB as of their commit ts
+(docs/open-protocol.md §9.2).
 
 A handle-key-only event carries the handle-key columns of its row and nothing else; the rest
 exists only upstream. TiDB keeps every version of a row until its GC passes, and a session can

@@ -1,6 +1,6 @@
 """TiCDC Open Protocol encoding of simulated events, as TiCDC's Kafka sink writes it.
 
-Written from docs/open-protocol.md (§1-§4 and §7), independently of the project's decoder so
+Written from docs/open-protocol.md §1-§4 and §7, independently of the project's decoder so
 that decoding what this module produces is a real test:
 
 * key JSON as each architecture writes it (docs/open-protocol.md §2): the classic one marshals
