@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 import pymysql
 
 from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
+from applier.apply.transaction import TransactionRunner
 from applier.codec.events import tso_physical_ms
 from applier.downstream.errors import error_code, is_transient
-from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
-from applier.downstream.session import close_quietly, connect, connection_id
+from applier.downstream.retry import Backoff, RetryInfo, RetryLog
+from applier.downstream.session import connection_id
 from applier.downstream.url import DownstreamConfig
 from applier.downstream.watch import StatementWatch, Watched
 from applier.errors import FatalError
@@ -141,9 +142,7 @@ class WindowApplier:
         self._stop_requested = stop_requested
         self._notify_retry = on_retry
         self._before_commit = before_commit
-        self._backoff = backoff or Backoff(initial=0.2, maximum=10.0)
         self._ddl = ddl_executor
-        self._conn: pymysql.connections.Connection | None = None
         self._connection_id: int | None = None
         self._maybe_committed = False
         self.watch = watch
@@ -158,28 +157,29 @@ class WindowApplier:
         self._deferred_retries: list[BaseException] = []
         self._bind_seconds = 0.0
         self._binder: pymysql.cursors.Cursor | None = None
+        self._tx = TransactionRunner(
+            downstream,
+            max_time=None,
+            backoff=backoff,
+            on_retry=self._on_retry,
+            sleep=self._sleep,
+            on_connect=self._on_connect,
+            on_reconnect=self._on_reconnect,
+        )
 
     # -- connection ----------------------------------------------------------------------------
     @property
     def conn(self) -> pymysql.connections.Connection:
-        if self._conn is None:
-            conn = connect(self._cfg)
-            try:
-                self._connection_id = connection_id(conn)  # for the statement watch
-            except BaseException:
-                close_quietly(conn)
-                raise
-            self._conn = conn
-            if self._binder is None:
-                # Only ever used for cursor.mogrify (no I/O), so any session of ours will do, even
-                # after it is closed by a reconnect.
-                self._binder = self._conn.cursor()
-        return self._conn
+        return self._tx.conn
 
-    def _reconnect(self) -> None:
-        close_quietly(self._conn)
-        self._conn = None
-        _ = self.conn
+    def _on_connect(self, conn: pymysql.connections.Connection) -> None:
+        self._connection_id = connection_id(conn)  # for the statement watch
+        if self._binder is None:
+            # Only ever used for cursor.mogrify (no I/O), so any session of ours will do, even
+            # after it is closed by a reconnect.
+            self._binder = conn.cursor()
+
+    def _on_reconnect(self) -> None:
         # The lost connection may have died during COMMIT, after the server committed: the next
         # attempt must first ask the checkpoint whether the transaction landed (keyless INSERTs
         # are not idempotent, so replaying a committed window would duplicate rows).
@@ -205,8 +205,7 @@ class WindowApplier:
         return landed
 
     def close(self) -> None:
-        close_quietly(self._conn)
-        self._conn = None
+        self._tx.close()
         self._connection_id = None
 
     def _sleep(self, seconds: float) -> None:
@@ -236,10 +235,9 @@ class WindowApplier:
         """
         description, tables = _unit_description(window)
 
-        def attempt() -> None:
+        def attempt(_conn: pymysql.connections.Connection) -> None:
+            watch = self.watch
             try:
-                _ = self.conn  # (re)connected: its connection id is known
-                watch = self.watch
                 with (
                     watch.statement(self._connection_id, description, tables)
                     if watch
@@ -256,15 +254,7 @@ class WindowApplier:
             finally:
                 self._watched = None
 
-        run_with_retry(
-            attempt,
-            reconnect=self._reconnect,
-            max_attempts=None,
-            max_time=None,
-            backoff=self._backoff,
-            on_retry=self._on_retry,
-            sleep=self._sleep,
-        )
+        self._tx.run(attempt)
         self._retry_log.succeeded()
 
     def watch_also(self, connection_id: int, sql: str) -> None:

@@ -28,7 +28,9 @@ from typing import Any
 import pyarrow as pa
 import pymysql
 
-from applier.apply.ddl import DDLExecutor, detect_dialect
+from applier.apply.ddl import DDLExecutor
+from applier.apply.startup import load_checkpoint, prepare_downstream
+from applier.apply.transaction import TransactionRunner
 from applier.catchup.epochs import (
     Epoch,
     ddls_to_run,
@@ -45,14 +47,11 @@ from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
 from applier.codec.events import DDLEvent, RowEvent
 from applier.downstream.lock import ActiveLock
-from applier.downstream.retry import Backoff, run_with_retry
-from applier.downstream.session import close_quietly, connect
-from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError, fatal_in_task, task_error_line
 from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
 from applier.ops.logs import get_logger
-from applier.settings.downstream import downstream_config as _downstream_config
+from applier.settings.downstream import downstream_config
 from applier.settings.schema import Config
 from applier.stream.progress import ddl_key
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
@@ -108,11 +107,6 @@ def _keyless_task(tp: TablePlan, spec: WriteSpec) -> WriteStats:
         return write_keyless(tp, spec)
 
 
-def downstream_config(cfg: Config) -> DownstreamConfig:
-    """The downstream exactly as ``applier run`` builds it (URL, TLS and password settings, time zone)."""
-    return _downstream_config(cfg)
-
-
 class CatchupJob:
     """One ``applier catchup`` run; :meth:`run` returns its :class:`Summary`."""
 
@@ -147,45 +141,19 @@ class CatchupJob:
 
     # -- downstream helpers --------------------------------------------------------------------
     def _retry(self, unit) -> None:
-        conn_box: list[pymysql.connections.Connection | None] = [None]
-
-        def attempt() -> None:
-            if conn_box[0] is None:
-                conn_box[0] = connect(self.downstream)
-            conn = conn_box[0]
-            try:
-                unit(conn)
-            except BaseException:
-                with contextlib.suppress(Exception):  # the session may be gone
-                    conn.rollback()
-                raise
-
-        def reconnect() -> None:
-            close_quietly(conn_box[0])
-            conn_box[0] = connect(self.downstream)
-
+        """Run one unit of the driver (epoch checkpoint, DDL, hand-off) with the shared retry rule."""
+        runner = TransactionRunner(self.downstream, max_time=float(self.cfg.catchup_retry_seconds))
         try:
-            run_with_retry(
-                attempt,
-                reconnect=reconnect,
-                max_attempts=None,
-                max_time=float(self.cfg.catchup_retry_seconds),
-                backoff=Backoff(initial=0.2, maximum=10.0),
-            )
+            runner.run(unit)
         finally:
-            close_quietly(conn_box[0])
+            runner.close()
 
     def _owner(self) -> str:
         assert self.lock is not None
         return self.lock.owner_token
 
     def _start(self) -> Checkpoint:
-        conn = connect(self.downstream)
-        try:
-            self.store.ensure_schema(conn)
-            self.dialect = detect_dialect(conn)
-        finally:
-            close_quietly(conn)
+        self.dialect = prepare_downstream(self.downstream, self.store)
         self.lock = ActiveLock(
             self.downstream, schema=self.cfg.checkpoint_schema, changefeed=self.cfg.group_id
         )
@@ -196,19 +164,9 @@ class CatchupJob:
                 "(a catch-up and a daemon must not write the same changefeed at once)"
             )
         self.ddl_executor = DDLExecutor(self.store, self.dialect, self.lock, owner=self._owner())
-        conn = connect(self.downstream)
-        try:
-            self.store.claim(conn, self._owner())
-            self.ddl_executor.settle(conn)  # a DDL a crash interrupted: recorded or forgotten
-            ckpt = self.store.load(conn)
-        finally:
-            close_quietly(conn)
-        if ckpt.topic is not None and ckpt.topic != self.topic and ckpt.resolved_ts:
-            raise CatchupError(
-                f"changefeed {self.cfg.group_id!r} has a checkpoint for topic {ckpt.topic!r}, "
-                f"not {self.topic!r}; use another --group-id or reset the checkpoint"
-            )
-        return ckpt
+        return load_checkpoint(
+            self.downstream, self.store, self.ddl_executor, owner=self._owner(), topic=self.topic
+        )
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Summary:

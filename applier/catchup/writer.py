@@ -22,20 +22,18 @@ COMMIT's outcome was lost with the connection.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
 
+from applier.apply.transaction import TransactionRunner
 from applier.catchup.rows import rebuild_row_events
 from applier.codec.events import RowEvent
 from applier.downstream.errors import error_code, is_transient
-from applier.downstream.retry import Backoff, run_with_retry
-from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from checkpoint import CheckpointStore
@@ -94,48 +92,13 @@ class WriteStats:
         self.inserts += counts["insert"]
 
 
-class _Session:
-    """One connection with the daemon's retry rules (reconnect, back off, replay the unit)."""
+def _runner(spec: WriteSpec, stats: WriteStats) -> TransactionRunner:
+    """The shared transaction unit (``applier.apply.transaction``), its retries counted in ``stats``."""
 
-    def __init__(self, spec: WriteSpec, stats: WriteStats) -> None:
-        self.spec = spec
-        self.stats = stats
-        self.conn: pymysql.connections.Connection | None = None
+    def on_retry(_info: Any) -> None:
+        stats.retries += 1
 
-    def _reconnect(self) -> None:
-        close_quietly(self.conn)
-        self.conn = connect(self.spec.downstream)
-
-    def run(self, unit: Callable[[pymysql.connections.Connection], None]) -> None:
-        def attempt() -> None:
-            if self.conn is None:
-                self.conn = connect(self.spec.downstream)
-            conn = self.conn
-            try:
-                unit(conn)
-            except BaseException:
-                with contextlib.suppress(
-                    Exception
-                ):  # the session may be gone; the server rolls back on its own
-                    conn.rollback()
-                raise
-
-        def on_retry(_info: Any) -> None:
-            self.stats.retries += 1
-
-        run_with_retry(
-            attempt,
-            reconnect=self._reconnect,
-            max_attempts=None,
-            max_time=self.spec.retry_seconds,
-            backoff=Backoff(initial=0.2, maximum=10.0),
-            on_retry=on_retry,
-        )
-        self.stats.transactions += 1
-
-    def close(self) -> None:
-        close_quietly(self.conn)
-        self.conn = None
+    return TransactionRunner(spec.downstream, max_time=spec.retry_seconds, on_retry=on_retry)
 
 
 def _execute(cur: pymysql.cursors.Cursor, st: Statement, spec: WriteSpec) -> None:
@@ -215,7 +178,7 @@ def _write_keyed(
                 lst.append(ev)
     plans = plan_keyed_events(by_table)
     del by_table
-    session = _Session(spec, stats)
+    session = _runner(spec, stats)
     try:
         for tp in plans:
             stats.add_plan(tp)
@@ -232,6 +195,7 @@ def _write_keyed(
                 session.run(unit)
     finally:
         session.close()
+        stats.transactions += session.transactions
     stats.seconds = time.monotonic() - started
     return stats
 
@@ -243,7 +207,7 @@ def write_keyless(tp: TablePlan, spec: WriteSpec) -> WriteStats:
     store = CheckpointStore(spec.checkpoint_schema, spec.changefeed)
     table = (tp.schema, tp.table)
     stmts = list(table_statements(tp, spec.dialect))
-    session = _Session(spec, stats)
+    session = _runner(spec, stats)
     written = [False]
 
     def unit(conn: pymysql.connections.Connection) -> None:
@@ -270,6 +234,7 @@ def write_keyless(tp: TablePlan, spec: WriteSpec) -> WriteStats:
         session.run(unit)
     finally:
         session.close()
+        stats.transactions += session.transactions
     if written[0]:
         stats.add_plan(tp)
         stats.statements += len(stmts)

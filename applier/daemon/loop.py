@@ -30,13 +30,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType
 
-from applier.apply.ddl import DDLExecutor, detect_dialect
+from applier.apply.ddl import DDLExecutor
+from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.window_applier import PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
 from applier.codec.errors import MalformedRecordError
 from applier.codec.events import Event
 from applier.downstream.lock import ActiveLock, LockWait
-from applier.downstream.session import close_quietly, connect
 from applier.downstream.watch import StatementWatch
 from applier.errors import EXIT_FATAL, EXIT_OK, FatalError, InputError
 from applier.kafka.reader import PartitionReader, Record
@@ -212,12 +212,7 @@ class Daemon:
 
     def _run(self) -> int:
         cfg = self.cfg
-        conn = connect(self.downstream, autocommit=False)
-        try:
-            self.store.ensure_schema(conn)
-            dialect = detect_dialect(conn)
-        finally:
-            close_quietly(conn)
+        dialect = prepare_downstream(self.downstream, self.store)
         self._become_active()
         assert self.lock is not None
         ddl_executor = DDLExecutor(
@@ -227,18 +222,9 @@ class Daemon:
             owner=self.lock.owner_token,
             on_statement=self._watch_ddl,
         )
-        conn = connect(self.downstream, autocommit=False)
-        try:
-            self.store.claim(conn, self.lock.owner_token)
-            ddl_executor.settle(conn)  # a DDL a crash interrupted: recorded or forgotten
-            ckpt = self.store.load(conn)
-        finally:
-            close_quietly(conn)
-        if ckpt.topic is not None and ckpt.topic != cfg.topic and ckpt.resolved_ts:
-            raise FatalError(
-                f"changefeed {cfg.group_id!r} has a checkpoint for topic {ckpt.topic!r}, not {cfg.topic!r}; "
-                "use another --group-id or reset the checkpoint"
-            )
+        ckpt = load_checkpoint(
+            self.downstream, self.store, ddl_executor, owner=self.lock.owner_token, topic=cfg.topic
+        )
 
         self.reader = PartitionReader(
             cfg.kafka_bootstrap,

@@ -1,0 +1,55 @@
+"""Start-up of a job that writes a changefeed, the same for the daemon and the catch-up.
+
+The steps, in this order (each one needs the one before):
+
+1. ``prepare_downstream``: the checkpoint schema exists (created or upgraded) and the server's SQL
+   dialect is known;
+2. the caller takes the single-active lock (``applier.downstream.lock``): the daemon waits for it
+   as a standby, the catch-up refuses to start while another instance holds it;
+3. ``load_checkpoint``: the checkpoint is claimed for this lock's owner (an older owner is fenced
+   out), a DDL a crash interrupted is settled (recorded or forgotten, ``applier.apply.ddl``), and
+   the checkpoint is read. A checkpoint written for another topic stops the job: its offsets and
+   resolved ts mean nothing for this one.
+"""
+
+from __future__ import annotations
+
+from applier.apply.ddl import DDLExecutor, detect_dialect
+from applier.downstream.session import close_quietly, connect
+from applier.downstream.url import DownstreamConfig
+from applier.errors import FatalError
+from checkpoint import Checkpoint, CheckpointStore
+from sqlgen import Dialect
+
+
+class CheckpointTopicMismatch(FatalError):
+    """The changefeed's checkpoint belongs to another topic."""
+
+
+def prepare_downstream(downstream: DownstreamConfig, store: CheckpointStore) -> Dialect:
+    """Create or check the checkpoint schema; return the server's SQL dialect."""
+    conn = connect(downstream)
+    try:
+        store.ensure_schema(conn)
+        return detect_dialect(conn)
+    finally:
+        close_quietly(conn)
+
+
+def load_checkpoint(
+    downstream: DownstreamConfig, store: CheckpointStore, ddl_executor: DDLExecutor, *, owner: str, topic: str
+) -> Checkpoint:
+    """Claim the checkpoint for ``owner``, settle an interrupted DDL, and read the checkpoint."""
+    conn = connect(downstream)
+    try:
+        store.claim(conn, owner)
+        ddl_executor.settle(conn)  # a DDL a crash interrupted: recorded or forgotten
+        ckpt = store.load(conn)
+    finally:
+        close_quietly(conn)
+    if ckpt.topic is not None and ckpt.topic != topic and ckpt.resolved_ts:
+        raise CheckpointTopicMismatch(
+            f"changefeed {store.changefeed!r} has a checkpoint for topic {ckpt.topic!r}, not {topic!r}; "
+            "use another --group-id or reset the checkpoint"
+        )
+    return ckpt
