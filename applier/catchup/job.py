@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -40,7 +40,7 @@ from applier.catchup.epochs import (
     plan_epochs,
 )
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, choose_starts, split_ranges
-from applier.catchup.replay import Skeleton, replay_skeleton
+from applier.catchup.replay import SKELETON_COLUMNS, Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary
 from applier.catchup.rows import DDL, RESOLVED, ROW, STATS
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
@@ -279,19 +279,13 @@ class CatchupJob:
                     lambda: (
                         decoded.filter(F.col("skel"))
                         .select(
-                            "kind",
-                            "part",
-                            "off",
-                            "idx",
-                            "ts",
-                            "scm",
-                            "tbl",
-                            "op",
-                            "keyed",
-                            F.when(F.col("keyed") == F.lit(False), F.col("img")).alias("img"),
-                            "ddl_q",
-                            "ddl_t",
-                            "rec",
+                            *(
+                                # keyed stubs carry no image; keyless rows are replayed whole
+                                F.when(F.col("keyed") == F.lit(False), F.col("img")).alias("img")
+                                if name == "img"
+                                else name
+                                for name in SKELETON_COLUMNS
+                            )
                         )
                         .toArrow()
                     )
@@ -478,17 +472,7 @@ class CatchupJob:
 
         def unit(conn: pymysql.connections.Connection) -> None:
             with conn.cursor() as cur:
-                self.store.write(
-                    cur,
-                    topic=None,
-                    resolved_ts=epoch.upper,
-                    tables={},
-                    offsets={},
-                    partition_resolved={},
-                    owner=self._owner(),
-                )
-            assert self.lock is not None
-            self.lock.ensure_held()
+                self._write_checkpoint(cur, epoch.upper)
             conn.commit()
 
         self._retry(unit)
@@ -502,23 +486,36 @@ class CatchupJob:
             seconds=round(time.monotonic() - started, 2),
         )
 
+    def _write_checkpoint(
+        self,
+        cur: pymysql.cursors.Cursor,
+        resolved_ts: int,
+        *,
+        tables: Iterable[tuple[str, str]] = (),
+        topic: str | None = None,
+        offsets: dict[int, int] | None = None,
+        partition_resolved: dict[int, int] | None = None,
+    ) -> None:
+        """The checkpoint rows of a driver unit, then the lock check its COMMIT must follow."""
+        self.store.write(
+            cur,
+            topic=topic,
+            resolved_ts=resolved_ts,
+            tables=dict.fromkeys(tables, resolved_ts),
+            offsets=offsets or {},
+            partition_resolved=partition_resolved or {},
+            owner=self._owner(),
+        )
+        assert self.lock is not None
+        self.lock.ensure_held()
+
     def _apply_ddl(self, epoch: Epoch) -> None:
         ddl = epoch.ddl
         assert ddl is not None and self.dialect is not None
         plan_box: list[Any] = [None]
 
         def bookkeeping(cur: pymysql.cursors.Cursor) -> None:
-            self.store.write(
-                cur,
-                topic=None,
-                resolved_ts=epoch.upper,
-                tables={(ddl.schema, ddl.table): epoch.upper} if ddl.table else {},
-                offsets={},
-                partition_resolved={},
-                owner=self._owner(),
-            )
-            assert self.lock is not None
-            self.lock.ensure_held()
+            self._write_checkpoint(cur, epoch.upper, tables={(ddl.schema, ddl.table)} if ddl.table else ())
 
         def unit(conn: pymysql.connections.Connection) -> None:
             assert self.ddl_executor is not None
@@ -548,17 +545,14 @@ class CatchupJob:
             with conn.cursor() as cur:
                 for ddl in ddls:
                     self.store.record_ddl(cur, **ddl_fields(ddl))
-                self.store.write(
+                self._write_checkpoint(
                     cur,
+                    r,
+                    tables=tables,
                     topic=self.topic,
-                    resolved_ts=r,
-                    tables=dict.fromkeys(tables, r),
                     offsets=offsets,
                     partition_resolved={p: max(ts, 0) for p, ts in resolved.items() if p in offsets},
-                    owner=self._owner(),
                 )
-            assert self.lock is not None
-            self.lock.ensure_held()
             conn.commit()
 
         self._retry(unit)

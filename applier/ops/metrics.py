@@ -118,33 +118,27 @@ class MetricsObserver(Observer):
             registry=r,
         )
         lag.set_function(self._lag)
-        self.partition_resolved_ts = Gauge(
-            "applier_partition_resolved_ts", "Resolved ts (TSO) of a partition.", ["partition"], registry=r
-        )
-        self.partition_read_offset = Gauge(
-            "applier_partition_read_offset",
-            "Offset of the last record read from a partition.",
-            ["partition"],
-            registry=r,
-        )
-        self.partition_checkpoint_offset = Gauge(
-            "applier_partition_checkpoint_offset",
-            "Offset a restart resumes a partition at (stored with the checkpoint).",
-            ["partition"],
-            registry=r,
-        )
-        self.partition_cached_bytes = Gauge(
-            "applier_partition_cached_bytes",
-            "Bytes of rows read from a partition and held until the barrier releases them.",
-            ["partition"],
-            registry=r,
-        )
-        self.partition_paused = Gauge(
-            "applier_partition_paused",
-            "1 while reading a partition is paused (row cache full or bad input).",
-            ["partition"],
-            registry=r,
-        )
+        per_partition = {  # attribute: (metric name, help); labelled by partition
+            "partition_resolved_ts": ("applier_partition_resolved_ts", "Resolved ts (TSO) of a partition."),
+            "partition_read_offset": (
+                "applier_partition_read_offset",
+                "Offset of the last record read from a partition.",
+            ),
+            "partition_checkpoint_offset": (
+                "applier_partition_checkpoint_offset",
+                "Offset a restart resumes a partition at (stored with the checkpoint).",
+            ),
+            "partition_cached_bytes": (
+                "applier_partition_cached_bytes",
+                "Bytes of rows read from a partition and held until the barrier releases them.",
+            ),
+            "partition_paused": (
+                "applier_partition_paused",
+                "1 while reading a partition is paused (row cache full or bad input).",
+            ),
+        }
+        for attr, (name, doc) in per_partition.items():
+            setattr(self, attr, Gauge(name, doc, ["partition"], registry=r))
         self.rows = Counter(
             "applier_rows_applied_total",
             "Row operations written downstream, by table and operation.",
