@@ -63,6 +63,18 @@ class Stream:
     value_bytes: int = 0
     final: dict[int, tuple[int, str, str]] = field(default_factory=dict)
 
+    produced: int = 0  # records produced: the row records, the DDL and resolved broadcasts
+    produce_s: float = 0.0  # seconds generating and producing them took
+
+    def summary(self, detail: str = "") -> str:
+        """What every benchmark prints about its stream once produced (``detail`` after the count
+        of records)."""
+        return (
+            f"{self.events:,} row events ({self.inserts:,} inserts, {self.updates:,} updates, "
+            f"{self.deletes:,} deletes) in {self.transactions:,} transactions, {self.produced:,} records"
+            f"{detail}; generated+produced in {self.produce_s:.1f} s"
+        )
+
 
 class Generator:
     """Builds the Open Protocol records of the benchmark stream, partition by partition.
@@ -83,6 +95,8 @@ class Generator:
         self.key_suffix = f',"scm":"{schema}","tbl":"{TABLE}","t":1}}'.encode()
         self.pending: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
         self.stream = Stream()
+        self.create_table_ts = 0  # the commit ts of the CREATE TABLE, once ``records`` sent it
+        self._r = 0.0  # the draw of ``_inserts`` that ``_deletes`` decides by
 
     # Column order is by name (TiCDC marshals a Go map): c, id, k, pad.
     @staticmethod
@@ -132,6 +146,23 @@ class Generator:
             self.stream.value_bytes += len(v)
             yield p, k, v
 
+    # What the next row event is: the hooks a generator of another mix overrides (the loop of
+    # ``records`` is the same for every mix).
+
+    def _begin(self, events: int) -> None:
+        """Called once the two CREATE DDLs are out, before the first row event."""
+
+    def _inserts(self, next_id: int, live: int, touched: int) -> bool:
+        """Whether the next row event inserts a new row (else it updates or deletes a live one);
+        ``live`` rows exist, ``touched`` of them already changed in this transaction. Here about 70%
+        inserts: always while there are too few untouched rows to pick from."""
+        self._r = r = self.rng.random()
+        return not (r >= 0.7 and live > touched + 16)
+
+    def _deletes(self) -> bool:
+        """Whether the live row just picked is deleted (else updated): 10% of all events here."""
+        return self._r >= 0.9
+
     def records(self, events: int) -> Iterator[tuple[int, bytes, bytes]]:
         """(partition, key, value) of every record, in production order."""
         rng = self.rng
@@ -145,11 +176,14 @@ class Generator:
         part = self.partition_of
         pending = self.pending
         kpre, ksuf = self.key_prefix, self.key_suffix
+        inserts, deletes = self._inserts, self._deletes
         physical = int(time.time() * 1000) - 3_600_000  # an hour ago: lag figures stay sensible
         ts = physical << 18
         yield from self._ddl(ts, "", 1, f"CREATE DATABASE `{self.schema}`")
         ts += 1 << 18
+        self.create_table_ts = ts
         yield from self._ddl(ts, TABLE, 3, table_ddl(self.schema))
+        self._begin(events)
         next_id = 1
         done = 0
         txns = 0
@@ -159,29 +193,7 @@ class Generator:
             touched: set[int] = set()
             size = min(rng.randint(1, 7), events - done)
             for _ in range(size):
-                r = rng.random()
-                if r >= 0.7 and len(live) > len(touched) + 16:
-                    while True:
-                        row_id = live[rng.randrange(len(live))]
-                        if row_id not in touched:
-                            break
-                    old = final[row_id]
-                    old_img = image(row_id, old[0], old[1], old[2])
-                    if r < 0.9:
-                        row = (rng.randrange(1 << 31), c_pool[rng.randrange(npool)], old[2])
-                        final[row_id] = row
-                        value = f'{{"u":{image(row_id, *row)},"p":{old_img}}}'
-                        st.updates += 1
-                    else:
-                        del final[row_id]
-                        i = where.pop(row_id)
-                        last = live.pop()
-                        if last != row_id:
-                            live[i] = last
-                            where[last] = i
-                        value = f'{{"d":{old_img}}}'
-                        st.deletes += 1
-                else:
+                if inserts(next_id, len(live), len(touched)):
                     row_id = next_id
                     next_id += 1
                     row = (
@@ -194,6 +206,27 @@ class Generator:
                     live.append(row_id)
                     value = f'{{"u":{image(row_id, *row)}}}'
                     st.inserts += 1
+                else:
+                    while True:
+                        row_id = live[rng.randrange(len(live))]
+                        if row_id not in touched:
+                            break
+                    old = final[row_id]
+                    old_img = image(row_id, *old)
+                    if deletes():
+                        del final[row_id]
+                        i = where.pop(row_id)
+                        last = live.pop()
+                        if last != row_id:
+                            live[i] = last
+                            where[last] = i
+                        value = f'{{"d":{old_img}}}'
+                        st.deletes += 1
+                    else:
+                        row = (rng.randrange(1 << 31), c_pool[rng.randrange(npool)], old[2])
+                        final[row_id] = row
+                        value = f'{{"u":{image(row_id, *row)},"p":{old_img}}}'
+                        st.updates += 1
                 touched.add(row_id)
                 p = part(row_id)
                 batch = pending[p]
@@ -209,10 +242,16 @@ class Generator:
         yield from self._resolved(ts + (1 << 18))
 
 
-def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> int:
-    """Produce every record of the stream; returns how many. Fails loudly on any delivery error."""
+def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> Stream:
+    """Create ``topic`` (a partition per partition of ``gen``) and produce every record of the
+    stream into it; returns the stream's figures (with the records produced and the seconds it
+    took). Fails loudly on any delivery error."""
     from confluent_kafka import Producer
 
+    from applier.kafka.embedded_broker import create_topic
+
+    create_topic(bootstrap, topic, gen.partitions)
+    t0 = time.perf_counter()
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -244,7 +283,9 @@ def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> int:
     left = producer.flush(120)
     if left or errors:
         raise SystemExit(f"producing failed: {left} records unacknowledged, errors: {errors[:3]}")
-    return sent
+    gen.stream.produced = sent
+    gen.stream.produce_s = time.perf_counter() - t0
+    return gen.stream
 
 
 # -- the database ------------------------------------------------------------------------------
@@ -361,21 +402,27 @@ def mariadb_pid() -> int | None:
     return None
 
 
+def applier_env() -> dict[str, str]:
+    """The environment of an ``applier`` child process: this checkout's code, and no configuration
+    file (the command line says everything, whatever the caller's shell has set)."""
+    env = dict(os.environ)
+    env.pop("APPLIER_CONFIG", None)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
 def daemon_command(
     bootstrap: str, topic: str, group: str, downstream: str, ckpt_schema: str, *more: str
 ) -> tuple[list[str], dict[str, str]]:
     """The ``applier run`` command line of a one-shot benchmark run (JSON log, exits once caught
-    up) and its environment (this checkout's code, no configuration file)."""
-    env = dict(os.environ)
-    env.pop("APPLIER_CONFIG", None)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    up) and its environment (``applier_env``)."""
     cmd = [
         sys.executable, "-m", "applier", "run",
         "--kafka-bootstrap", bootstrap, "--topic", topic, "--group-id", group,
         "--downstream", downstream, "--checkpoint-schema", ckpt_schema,
         "--exit-when-caught-up", "--log-format", "json", *more,
     ]  # fmt: skip
-    return cmd, env
+    return cmd, applier_env()
 
 
 def run_daemon(args: list[str], env: dict[str, str]) -> DaemonRun:
@@ -407,3 +454,16 @@ def last_checkpoint_epoch(conn: pymysql.connections.Connection, ckpt_schema: str
     if row is None or row[0] is None:
         return None
     return row[0].replace(tzinfo=UTC).timestamp()  # UTC_TIMESTAMP(6)
+
+
+def daemon_result(
+    conn: pymysql.connections.Connection, run: DaemonRun, schema: str, ckpt_schema: str, group: str
+) -> tuple[float, tuple[int, int] | None]:
+    """The figures of a one-shot daemon run: seconds from its start to its last checkpoint commit
+    (to its exit when it failed or never committed: the rate is then a lower bound), and the
+    checksum of the table it wrote (None when it failed)."""
+    if run.returncode != 0:
+        return run.wall_s, None
+    last = last_checkpoint_epoch(conn, ckpt_schema, group)
+    seconds = (last - run.started_at) if last is not None else run.wall_s
+    return seconds, checksum_sql(conn, schema)

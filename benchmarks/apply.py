@@ -50,8 +50,8 @@ from _common import (
     checksum_expected,
     checksum_sql,
     daemon_command,
+    daemon_result,
     db_params,
-    last_checkpoint_epoch,
     mariadb_pid,
     process_cpu,
     produce,
@@ -60,7 +60,7 @@ from _common import (
     table_ddl,
 )
 
-from applier.kafka.embedded_broker import EmbeddedBroker, create_topic, start_broker
+from applier.kafka.embedded_broker import EmbeddedBroker, start_broker
 
 
 def raw_insert(params: dict, schema: str, final: dict, batch: int, commit_every: int) -> float:
@@ -149,18 +149,13 @@ def main() -> int:
     broker: EmbeddedBroker = start_broker()
     admin = pymysql.connect(**params)
     try:
-        create_topic(broker.bootstrap, topic, args.partitions)
         gen = Generator(schema, args.partitions, args.seed, args.resolved_every)
-        t0 = time.perf_counter()
-        n_records = produce(broker.bootstrap, topic, gen, args.events)
-        st = gen.stream
-        print(
-            f"stream     : {st.events:,} row events ({st.inserts:,} inserts, {st.updates:,} updates, "
-            f"{st.deletes:,} deletes) in {st.transactions:,} transactions, {n_records:,} records "
-            f"({st.records:,} row records, {st.resolved_broadcasts} resolved broadcasts), "
-            f"{st.value_bytes / max(st.events, 1):.0f} value bytes/event; generated+produced in "
-            f"{time.perf_counter() - t0:.1f} s"
+        st = produce(broker.bootstrap, topic, gen, args.events)
+        detail = (
+            f" ({st.records:,} row records, {st.resolved_broadcasts} resolved broadcasts), "
+            f"{st.value_bytes / max(st.events, 1):.0f} value bytes/event"
         )
+        print(f"stream     : {st.summary(detail)}")
         expected = checksum_expected(st.final)
 
         raw_rate = None
@@ -186,10 +181,8 @@ def main() -> int:
         run = run_daemon(cmd, env)
         cpu_broker = process_cpu(broker.process.pid) - cpu_before[0]
         cpu_db = process_cpu(db_pid) - cpu_before[1]
-        last = last_checkpoint_epoch(admin, ckpt_schema, group) if run.returncode == 0 else None
-        to_ckpt = (last - run.started_at) if last is not None else run.wall_s
+        to_ckpt, got = daemon_result(admin, run, schema, ckpt_schema, group)
         rate = st.events / to_ckpt
-        got = checksum_sql(admin, schema) if run.returncode == 0 else None
         print(f"daemon     : exit {run.returncode}; log {run.log_path}")
         marks = log_milestones(run.log_path, run.started_at)
         if marks:

@@ -36,7 +36,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,19 +44,18 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
-    BATCH_EVENTS,
-    TABLE,
+    ROOT,
     Generator,
+    applier_env,
     checksum_expected,
     checksum_sql,
+    daemon_command,
     db_params,
     produce,
     table_ddl,
 )
 
-from applier.kafka.embedded_broker import create_topic, start_broker
-
-ROOT = Path(__file__).resolve().parent.parent
+from applier.kafka.embedded_broker import start_broker
 
 
 class UpdateHeavyGenerator(Generator):
@@ -67,84 +65,24 @@ class UpdateHeavyGenerator(Generator):
         super().__init__(*args, **kwargs)
         self.rows = rows
         self.delete_share = delete_share
-        self.create_table_ts = 0
+        self.deletes_left = self.updates_left = 0
 
-    def records(self, events: int) -> Iterator[tuple[int, bytes, bytes]]:
-        rng = self.rng
-        st = self.stream
-        final = st.final
-        image, part, pending = self._image, self.partition_of, self.pending
-        c_pool, pad_pool = self.c_pool, self.pad_pool
-        npool = len(c_pool)
-        kpre, ksuf = self.key_prefix, self.key_suffix
-        physical = int(time.time() * 1000) - 3_600_000
-        ts = physical << 18
-        yield from self._ddl(ts, "", 1, f"CREATE DATABASE `{self.schema}`")
-        ts += 1 << 18
-        self.create_table_ts = ts
-        yield from self._ddl(ts, TABLE, 3, table_ddl(self.schema))
-        deletes_left = int(self.rows * self.delete_share)
-        updates_left = events - self.rows - deletes_left
-        if updates_left < 0:
+    def _begin(self, events: int) -> None:
+        self.deletes_left = int(self.rows * self.delete_share)
+        self.updates_left = events - self.rows - self.deletes_left
+        if self.updates_left < 0:
             raise SystemExit("--events must be at least --rows plus the deletes")
-        live: list[int] = []
-        where: dict[int, int] = {}
-        next_id = 1
-        done = txns = 0
-        while done < events:
-            ts += 1 << 18
-            key = kpre + str(ts).encode() + ksuf
-            touched: set[int] = set()
-            size = min(rng.randint(1, 7), events - done)
-            for _ in range(size):
-                if next_id <= self.rows:
-                    row_id, next_id = next_id, next_id + 1
-                    row = (
-                        rng.randrange(1 << 31),
-                        c_pool[rng.randrange(npool)],
-                        pad_pool[rng.randrange(npool)],
-                    )
-                    final[row_id] = row
-                    where[row_id] = len(live)
-                    live.append(row_id)
-                    value = f'{{"u":{image(row_id, *row)}}}'
-                    st.inserts += 1
-                else:
-                    while True:
-                        row_id = live[rng.randrange(len(live))]
-                        if row_id not in touched:
-                            break
-                    old = final[row_id]
-                    old_img = image(row_id, *old)
-                    if rng.random() * (updates_left + deletes_left) < deletes_left:
-                        del final[row_id]
-                        i = where.pop(row_id)
-                        last = live.pop()
-                        if last != row_id:
-                            live[i] = last
-                            where[last] = i
-                        value = f'{{"d":{old_img}}}'
-                        st.deletes += 1
-                        deletes_left -= 1
-                    else:
-                        row = (rng.randrange(1 << 31), c_pool[rng.randrange(npool)], old[2])
-                        final[row_id] = row
-                        value = f'{{"u":{image(row_id, *row)},"p":{old_img}}}'
-                        st.updates += 1
-                        updates_left -= 1
-                touched.add(row_id)
-                p = part(row_id)
-                batch = pending[p]
-                batch.append((key, value.encode()))
-                if len(batch) == BATCH_EVENTS:
-                    yield from self._flush(p)
-            done += size
-            txns += 1
-            if txns % self.resolved_every == 0:
-                yield from self._resolved(ts)
-        st.events = done
-        st.transactions = txns
-        yield from self._resolved(ts + (1 << 18))
+
+    def _inserts(self, next_id: int, live: int, touched: int) -> bool:
+        return next_id <= self.rows
+
+    def _deletes(self) -> bool:
+        """Deletes spread evenly over the updates: the share of deletes still to come."""
+        if self.rng.random() * (self.updates_left + self.deletes_left) < self.deletes_left:
+            self.deletes_left -= 1
+            return True
+        self.updates_left -= 1
+        return False
 
 
 @dataclass
@@ -181,10 +119,10 @@ def _tree_rss_kib(root: int) -> int:
     return total
 
 
-def run_measured(cmd: list[str], env: dict[str, str], label: str) -> Run:
+def run_measured(cmd: list[str], label: str) -> Run:
     fd, log_path = tempfile.mkstemp(prefix=f"bench-{label}-", suffix=".log")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=fd, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=fd, stderr=subprocess.STDOUT, env=applier_env(), cwd=ROOT)
     os.close(fd)
     peak = [0]
     stop = threading.Event()
@@ -205,6 +143,27 @@ def run_measured(cmd: list[str], env: dict[str, str], label: str) -> Run:
 def _tail(path: str, lines: int = 8) -> str:
     with open(path, errors="replace") as fh:
         return "".join(fh.readlines()[-lines:])
+
+
+def measure(
+    name: str,
+    cmd: list[str],
+    admin: pymysql.connections.Connection,
+    schema: str,
+    events: int,
+    detail: str = "",
+) -> tuple[Run, tuple[int, int] | None]:
+    """Run one side (catch-up or daemon) and print its figures; returns the run and the checksum of
+    the table it wrote (None when it failed, the end of its log printed then)."""
+    run = run_measured(cmd, name.replace("-", ""))
+    got = checksum_sql(admin, schema) if run.returncode == 0 else None
+    print(
+        f"{name:<11}: exit {run.returncode}, {run.seconds:.1f} s, {events / run.seconds:,.0f} row events/s, "
+        f"peak RSS {run.peak_tree_rss_mib:,.0f} MiB{detail}; log {run.log_path}"
+    )
+    if run.returncode != 0:
+        print(_tail(run.log_path))
+    return run, got
 
 
 def main() -> int:
@@ -234,11 +193,8 @@ def main() -> int:
     )
     broker = start_broker()
     admin = pymysql.connect(**params)
-    env = {k: v for k, v in os.environ.items() if k != "APPLIER_CONFIG"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     ckpts: list[str] = []
     try:
-        create_topic(broker.bootstrap, topic, args.partitions)
         gen = UpdateHeavyGenerator(
             schema,
             args.partitions,
@@ -247,14 +203,8 @@ def main() -> int:
             rows=args.rows,
             delete_share=args.delete_share,
         )
-        t0 = time.perf_counter()
-        n_records = produce(broker.bootstrap, topic, gen, args.events)
-        st = gen.stream
-        print(
-            f"backlog    : {st.events:,} row events ({st.inserts:,} inserts, {st.updates:,} updates, "
-            f"{st.deletes:,} deletes) in {st.transactions:,} transactions, {n_records:,} records; "
-            f"final table {len(st.final):,} rows; generated+produced in {time.perf_counter() - t0:.1f} s"
-        )
+        st = produce(broker.bootstrap, topic, gen, args.events)
+        print(f"backlog    : {st.summary(f'; final table {len(st.final):,} rows')}")
         expected = checksum_expected(st.final)
 
         # 1. catch-up onto the "backup at X": the schema and the empty table.
@@ -270,15 +220,9 @@ def main() -> int:
             "--from-ts", str(gen.create_table_ts), "--spark-master", args.spark_master,
             *args.catchup_args,
         ]  # fmt: skip
-        cu = run_measured(cmd, env, "catchup")
-        cu_sum = checksum_sql(admin, schema) if cu.returncode == 0 else None
-        print(
-            f"catch-up   : exit {cu.returncode}, {cu.seconds:.1f} s, "
-            f"{st.events / cu.seconds:,.0f} row events/s, peak RSS {cu.peak_tree_rss_mib:,.0f} MiB "
-            f"(driver + Spark JVM + Python workers); log {cu.log_path}"
+        cu, cu_sum = measure(
+            "catch-up", cmd, admin, schema, st.events, " (driver + Spark JVM + Python workers)"
         )
-        if cu.returncode != 0:
-            print(_tail(cu.log_path))
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
 
@@ -288,21 +232,10 @@ def main() -> int:
             # 2. the daemon from the beginning into a fresh copy (it runs the CREATE DDLs itself).
             ckpt = f"bench_ckpt_dm_{tag}"
             ckpts.append(ckpt)
-            cmd = [
-                sys.executable, "-m", "applier", "run",
-                "--kafka-bootstrap", broker.bootstrap, "--topic", topic, "--group-id", f"bench_dm_{tag}",
-                "--downstream", args.downstream, "--checkpoint-schema", ckpt,
-                "--exit-when-caught-up", "--log-format", "json", "--http-listen", "off",
-            ]  # fmt: skip
-            dm = run_measured(cmd, env, "daemon")
-            dm_sum = checksum_sql(admin, schema) if dm.returncode == 0 else None
-            print(
-                f"daemon     : exit {dm.returncode}, {dm.seconds:.1f} s, "
-                f"{st.events / dm.seconds:,.0f} row events/s, peak RSS {dm.peak_tree_rss_mib:,.0f} MiB; "
-                f"log {dm.log_path}"
+            cmd, _env = daemon_command(
+                broker.bootstrap, topic, f"bench_dm_{tag}", args.downstream, ckpt, "--http-listen", "off"
             )
-            if dm.returncode != 0:
-                print(_tail(dm.log_path))
+            dm, dm_sum = measure("daemon", cmd, admin, schema, st.events)
             print(f"ratio      : daemon / catch-up = {dm.seconds / cu.seconds:.2f}x")
         ok = cu_sum == expected and (dm is None or dm_sum == expected)
         print(

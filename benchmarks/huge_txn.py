@@ -44,16 +44,15 @@ from _common import (
     TABLE,
     Generator,
     checksum_expected,
-    checksum_sql,
     daemon_command,
+    daemon_result,
     db_params,
-    last_checkpoint_epoch,
     produce,
     run_daemon,
     settle_database,
 )
 
-from applier.kafka.embedded_broker import create_topic, start_broker
+from applier.kafka.embedded_broker import start_broker
 
 
 class HugeGenerator(Generator):
@@ -150,11 +149,7 @@ def one_run(args, broker, params: dict, mode: str) -> dict:
     schema, ckpt, topic, group = f"bench_huge_{tag}", f"bench_ckpt_{tag}", f"bench-huge-{tag}", f"bench_{tag}"
     split = None if mode == "huge" else args.split
     gen = HugeGenerator(schema, args.partitions, args.seed, args.before, args.after, split)
-    create_topic(broker.bootstrap, topic, args.partitions)
-    t0 = time.perf_counter()
-    produce(broker.bootstrap, topic, gen, args.rows)
-    st = gen.stream
-    produced = time.perf_counter() - t0
+    st = produce(broker.bootstrap, topic, gen, args.rows)
     with pymysql.connect(**params) as admin:
         settle_database(admin)
     spill = tempfile.mkdtemp(prefix="bench-spill-")
@@ -165,16 +160,14 @@ def one_run(args, broker, params: dict, mode: str) -> dict:
     try:
         run = run_daemon(cmd, env)
         with pymysql.connect(**params) as admin:
-            last = last_checkpoint_epoch(admin, ckpt, group) if run.returncode == 0 else None
-            got = checksum_sql(admin, schema) if run.returncode == 0 else None
-        seconds = (last - run.started_at) if last is not None else run.wall_s
+            seconds, got = daemon_result(admin, run, schema, ckpt, group)
         expected = checksum_expected(st.final)
         return {
             "mode": mode,
             "exit": run.returncode,
             "events": st.events,
             "transactions": st.transactions,
-            "produce_s": produced,
+            "produce_s": st.produce_s,
             "seconds": seconds,
             "rate": st.events / seconds,
             "maxrss_mib": run.maxrss_kib / 1024,

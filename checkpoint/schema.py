@@ -37,78 +37,74 @@ _COLLATION_PREFERENCE: Final = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb
 
 _TABLE_OPTIONS: Final = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={c} ROW_FORMAT=DYNAMIC"
 
-# The columns that describe one DDL event, shared by `applied_ddl` and `ddl_journal`.
-_DDL_COLUMNS: Final = """\
-  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `commit_ts` BIGINT UNSIGNED NOT NULL,
-  `query_digest` CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'sha256 of query',
-  `schema_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `table_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `ddl_type` INT NOT NULL,
-  `query` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-"""
+# {s}: quoted schema, {c}: collation. Only identifiers we control are formatted in; values are bound.
+_NAME: Final = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c}"
+_CHANGEFEED: Final = f"  `changefeed` {_NAME} NOT NULL,\n"
+_UPDATED_AT: Final = "  `updated_at` DATETIME(6) NOT NULL COMMENT 'UTC',\n"
 
-_DDL_JOURNAL: Final = (
-    """
-CREATE TABLE IF NOT EXISTS {s}.`ddl_journal` (
-"""
-    + _DDL_COLUMNS
-    + """  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: catalogue before',
-  `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',
-  PRIMARY KEY (`changefeed`)
-) """
-    + _TABLE_OPTIONS
+# The columns that describe one DDL event, shared by `applied_ddl` and `ddl_journal`.
+_DDL_COLUMNS: Final = (
+    _CHANGEFEED + "  `commit_ts` BIGINT UNSIGNED NOT NULL,\n"
+    "  `query_digest` CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'sha256 of query',\n"
+    f"  `schema_name` {_NAME} NOT NULL,\n"
+    f"  `table_name` {_NAME} NOT NULL,\n"
+    "  `ddl_type` INT NOT NULL,\n"
+    "  `query` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,\n"
 )
 
-# {s}: quoted schema, {c}: collation. Only identifiers we control are formatted in; values are bound.
+
+def _create_table(name: str, columns: str, key: str) -> str:
+    """The statement creating the checkpoint table ``name``: ``columns`` (a definition a line),
+    the primary key ``key``, and the options every checkpoint table has."""
+    return (
+        f"\nCREATE TABLE IF NOT EXISTS {{s}}.`{name}` (\n{columns}  PRIMARY KEY ({key})\n) " + _TABLE_OPTIONS
+    )
+
+
+_DDL_JOURNAL: Final = _create_table(
+    "ddl_journal",
+    _DDL_COLUMNS
+    + "  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: catalogue before',\n"
+    "  `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',\n",
+    "`changefeed`",
+)
+
 TABLES: Final[dict[str, str]] = {
-    "schema_version": """
-CREATE TABLE IF NOT EXISTS {s}.`schema_version` (
-  `id` TINYINT UNSIGNED NOT NULL,
-  `version` INT UNSIGNED NOT NULL,
-  `updated_at` DATETIME(6) NOT NULL,
-  PRIMARY KEY (`id`)
-) """
-    + _TABLE_OPTIONS,
-    "changefeed": """
-CREATE TABLE IF NOT EXISTS {s}.`changefeed` (
-  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `topic` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NULL,
-  `resolved_ts` BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'global resolved ts applied',
-  `owner` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NULL COMMENT 'active instance fence token',
-  `updated_at` DATETIME(6) NOT NULL COMMENT 'UTC',
-  PRIMARY KEY (`changefeed`)
-) """
-    + _TABLE_OPTIONS,
-    "table_checkpoint": """
-CREATE TABLE IF NOT EXISTS {s}.`table_checkpoint` (
-  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `schema_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `table_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `checkpoint_ts` BIGINT UNSIGNED NOT NULL,
-  `updated_at` DATETIME(6) NOT NULL COMMENT 'UTC',
-  PRIMARY KEY (`changefeed`, `schema_name`, `table_name`)
-) """
-    + _TABLE_OPTIONS,
-    "partition_offset": """
-CREATE TABLE IF NOT EXISTS {s}.`partition_offset` (
-  `changefeed` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `topic` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE {c} NOT NULL,
-  `partition_id` INT NOT NULL,
-  `next_offset` BIGINT NOT NULL COMMENT 'Kafka offset to resume at',
-  `resolved_ts` BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'partition resolved ts when written',
-  `updated_at` DATETIME(6) NOT NULL COMMENT 'UTC',
-  PRIMARY KEY (`changefeed`, `topic`, `partition_id`)
-) """
-    + _TABLE_OPTIONS,
-    "applied_ddl": """
-CREATE TABLE IF NOT EXISTS {s}.`applied_ddl` (
-"""
-    + _DDL_COLUMNS
-    + """  `applied_at` DATETIME(6) NOT NULL COMMENT 'UTC',
-  PRIMARY KEY (`changefeed`, `commit_ts`, `query_digest`)
-) """
-    + _TABLE_OPTIONS,
+    "schema_version": _create_table(
+        "schema_version",
+        "  `id` TINYINT UNSIGNED NOT NULL,\n"
+        "  `version` INT UNSIGNED NOT NULL,\n"
+        "  `updated_at` DATETIME(6) NOT NULL,\n",
+        "`id`",
+    ),
+    "changefeed": _create_table(
+        "changefeed",
+        _CHANGEFEED + f"  `topic` {_NAME} NULL,\n"
+        "  `resolved_ts` BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'global resolved ts applied',\n"
+        f"  `owner` {_NAME} NULL COMMENT 'active instance fence token',\n" + _UPDATED_AT,
+        "`changefeed`",
+    ),
+    "table_checkpoint": _create_table(
+        "table_checkpoint",
+        _CHANGEFEED + f"  `schema_name` {_NAME} NOT NULL,\n"
+        f"  `table_name` {_NAME} NOT NULL,\n"
+        "  `checkpoint_ts` BIGINT UNSIGNED NOT NULL,\n" + _UPDATED_AT,
+        "`changefeed`, `schema_name`, `table_name`",
+    ),
+    "partition_offset": _create_table(
+        "partition_offset",
+        _CHANGEFEED + f"  `topic` {_NAME} NOT NULL,\n"
+        "  `partition_id` INT NOT NULL,\n"
+        "  `next_offset` BIGINT NOT NULL COMMENT 'Kafka offset to resume at',\n"
+        "  `resolved_ts` BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'partition resolved ts when written',\n"
+        + _UPDATED_AT,
+        "`changefeed`, `topic`, `partition_id`",
+    ),
+    "applied_ddl": _create_table(
+        "applied_ddl",
+        _DDL_COLUMNS + "  `applied_at` DATETIME(6) NOT NULL COMMENT 'UTC',\n",
+        "`changefeed`, `commit_ts`, `query_digest`",
+    ),
     # The DDL being executed (at most one per changefeed): written and committed before the DDL
     # runs, deleted in the transaction that records it (applier/apply/ddl.py says why).
     "ddl_journal": _DDL_JOURNAL,

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 import pymysql
 
@@ -99,7 +99,18 @@ class JournalEntry:
     catalogue: str
 
 
-def ddl_fields(ddl: Any) -> dict[str, Any]:
+class DDLFields(TypedDict):
+    """The fields that describe a DDL in the checkpoint schema: the keyword arguments of
+    :meth:`CheckpointStore.record_ddl` and ``begin_ddl``, written once for both."""
+
+    commit_ts: int
+    schema: str
+    table: str
+    ddl_type: int
+    query: str
+
+
+def ddl_fields(ddl: Any) -> DDLFields:
     """The keyword arguments :meth:`CheckpointStore.record_ddl` and ``begin_ddl`` take, from
     anything that describes a DDL event (a decoded event, a journal entry)."""
     return {
@@ -132,6 +143,29 @@ def _check_ddl(commit_ts: object, schema: object, table: object, ddl_type: objec
         raise ValueError(f"ddl_type must be a 32-bit int, got {ddl_type!r}")
     if not isinstance(query, str):
         raise ValueError(f"query must be a string, got {type(query).__name__}")
+
+
+def _upsert_forward(
+    cur: pymysql.cursors.Cursor,
+    table: str,
+    columns: Sequence[str],
+    forward: Sequence[str],
+    rows: Sequence[tuple],
+) -> None:
+    """Write ``rows`` (the values of ``columns``) into ``table`` (quoted), ``updated_at`` now, a
+    multi-row statement per chunk. On an existing key the columns of ``forward`` only move
+    forward (``GREATEST``): a checkpoint never goes back, even when a late writer repeats an
+    older one."""
+    names = ", ".join(f"`{c}`" for c in (*columns, "updated_at"))
+    row_sql = "(" + "%s, " * len(columns) + "UTC_TIMESTAMP(6))"
+    updates = "".join(f"`{c}` = GREATEST(`{c}`, VALUES(`{c}`)), " for c in forward)
+    for chunk in _chunks(rows):
+        cur.execute(
+            f"INSERT INTO {table} ({names}) VALUES "
+            + ", ".join([row_sql] * len(chunk))
+            + f" ON DUPLICATE KEY UPDATE {updates}`updated_at` = VALUES(`updated_at`)",
+            [v for r in chunk for v in r],
+        )
 
 
 def _check_partition(value: object) -> int:
@@ -330,27 +364,12 @@ class CheckpointStore:
             "`updated_at` = VALUES(`updated_at`)",
             (self.changefeed, topic, resolved_ts),
         )
-        for chunk in _chunks(table_rows):
-            cur.execute(
-                f"INSERT INTO {self._t('table_checkpoint')} "
-                "(`changefeed`, `schema_name`, `table_name`, `checkpoint_ts`, `updated_at`) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, UTC_TIMESTAMP(6))"] * len(chunk))
-                + " ON DUPLICATE KEY UPDATE "
-                "`checkpoint_ts` = GREATEST(`checkpoint_ts`, VALUES(`checkpoint_ts`)), "
-                "`updated_at` = VALUES(`updated_at`)",
-                [v for r in chunk for v in r],
-            )
-        for chunk in _chunks(partition_rows):
-            cur.execute(
-                f"INSERT INTO {self._t('partition_offset')} "
-                "(`changefeed`, `topic`, `partition_id`, `next_offset`, `resolved_ts`, `updated_at`) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s, UTC_TIMESTAMP(6))"] * len(chunk))
-                + " ON DUPLICATE KEY UPDATE "
-                "`next_offset` = GREATEST(`next_offset`, VALUES(`next_offset`)), "
-                "`resolved_ts` = GREATEST(`resolved_ts`, VALUES(`resolved_ts`)), "
-                "`updated_at` = VALUES(`updated_at`)",
-                [v for r in chunk for v in r],
-            )
+        columns = ("changefeed", "schema_name", "table_name", "checkpoint_ts")
+        _upsert_forward(cur, self._t("table_checkpoint"), columns, ("checkpoint_ts",), table_rows)
+        columns = ("changefeed", "topic", "partition_id", "next_offset", "resolved_ts")
+        _upsert_forward(
+            cur, self._t("partition_offset"), columns, ("next_offset", "resolved_ts"), partition_rows
+        )
 
     def fence(self, cur: pymysql.cursors.Cursor, owner: str | None) -> None:
         """Lock the changefeed row and raise :class:`FencedOut` unless ``owner`` is its last
@@ -370,54 +389,49 @@ class CheckpointStore:
                 "another instance took over; stop applying"
             )
 
-    def record_ddl(
-        self,
-        cur: pymysql.cursors.Cursor,
-        *,
-        commit_ts: int,
-        schema: str,
-        table: str,
-        ddl_type: int,
-        query: str,
-    ) -> None:
+    def _ddl_row(self, ddl: DDLFields) -> tuple[Any, ...]:
+        """The values of the columns that describe a DDL in ``applied_ddl`` and ``ddl_journal``
+        (changefeed, commit ts, query digest, schema, table, type, query), checked first. A call
+        with a field missing or unknown fails as it would against an explicit signature."""
+        _check_ddl(**ddl)
+        query = ddl["query"]
+        return (
+            self.changefeed,
+            ddl["commit_ts"],
+            ddl_digest(query),
+            ddl["schema"],
+            ddl["table"],
+            ddl["ddl_type"],
+            query,
+        )
+
+    def record_ddl(self, cur: pymysql.cursors.Cursor, **ddl: Unpack[DDLFields]) -> None:
         """Remember that a DDL was executed; in the transaction that moves the checkpoint past it.
 
         Recording the same DDL again is a no-op (keeps the first ``applied_at``).
         """
-        _check_ddl(commit_ts, schema, table, ddl_type, query)
         cur.execute(
             f"INSERT INTO {self._t('applied_ddl')} "
             "(`changefeed`, `commit_ts`, `query_digest`, `schema_name`, `table_name`, `ddl_type`, `query`, "
             "`applied_at`) VALUES (%s, %s, %s, %s, %s, %s, %s, UTC_TIMESTAMP(6)) "
             "ON DUPLICATE KEY UPDATE `query_digest` = `query_digest`",
-            (self.changefeed, commit_ts, ddl_digest(query), schema, table, ddl_type, query),
+            self._ddl_row(ddl),
         )
 
     # -- the DDL journal (applier/apply/ddl.py) ------------------------------------------------
 
-    def begin_ddl(
-        self,
-        cur: pymysql.cursors.Cursor,
-        *,
-        commit_ts: int,
-        schema: str,
-        table: str,
-        ddl_type: int,
-        query: str,
-        catalogue: str,
-    ) -> None:
+    def begin_ddl(self, cur: pymysql.cursors.Cursor, *, catalogue: str, **ddl: Unpack[DDLFields]) -> None:
         """Write the journal entry of a DDL about to run: the caller commits it *before* the DDL.
 
         ``catalogue`` is the JSON fingerprint of the objects the DDL touches, taken before it ran;
         a restart compares it with the catalogue to learn whether the DDL took effect. One entry
         per changefeed: a newer one replaces an older (settled) one.
         """
-        _check_ddl(commit_ts, schema, table, ddl_type, query)
         cur.execute(
             f"REPLACE INTO {self._t('ddl_journal')} (`changefeed`, `commit_ts`, `query_digest`, "
             "`schema_name`, `table_name`, `ddl_type`, `query`, `catalogue`, `started_at`) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, UTC_TIMESTAMP(6))",
-            (self.changefeed, commit_ts, ddl_digest(query), schema, table, ddl_type, query, catalogue),
+            (*self._ddl_row(ddl), catalogue),
         )
 
     def pending_ddl(self, cur: pymysql.cursors.Cursor) -> JournalEntry | None:

@@ -26,6 +26,7 @@ import from outside it: a pure function over tokens (:mod:`sqlgen.sqltokens`), n
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
 import orjson
@@ -317,42 +318,30 @@ def _split(key: Any, value: Any, topic: str, partition: int, offset: int) -> tup
         raise _malformed(f"{type(e).__name__}: {e}", key, topic, partition, offset, -1) from None
 
 
-class _Slow(Exception):
-    """The fast path's "not sure": the event goes to the careful path."""
-
-
-def decode_record_careful(
-    key: bytes | None,
-    value: bytes | None,
-    *,
+def _careful_event_at(
+    kdoc: bytes,
+    vdoc: Any,
+    plan: ValuePlan,
+    decompress: Decompressor | None,
+    options: DecoderOptions,
     topic: str,
     partition: int,
     offset: int,
-    options: DecoderOptions = DEFAULT_OPTIONS,
-) -> list[Event]:
-    """:func:`decode_record` without its fast path: every event by :func:`_careful_event`.
+    index: int,
+) -> Event:
+    """:func:`_careful_event` of the event at ``index`` of a record, a rejection raised as the
+    record's :class:`MalformedRecordError`: for every event the fast path gave up on, and for every
+    event with ``fast=False``."""
+    try:
+        return _careful_event(
+            kdoc, vdoc, plan, decompress, Position(topic, partition, offset, index), options.reserved_schemas
+        )
+    except _EventError as e:
+        raise _malformed(e.reason, e.excerpt, topic, partition, offset, index) from e.__cause__
 
-    The reference the fast path is tested against (same results, same errors); not for
-    production use, it is slower.
-    """
-    keys, values = _split(key, value, topic, partition, offset)
-    plan, decompress = _plan_for(options)
-    events: list[Event] = []
-    for index in range(len(keys)):
-        try:
-            events.append(
-                _careful_event(
-                    keys[index],
-                    values[index],
-                    plan,
-                    decompress,
-                    Position(topic, partition, offset, index),
-                    options.reserved_schemas,
-                )
-            )
-        except _EventError as e:
-            raise _malformed(e.reason, e.excerpt, topic, partition, offset, index) from e.__cause__
-    return events
+
+class _Slow(Exception):
+    """The fast path's "not sure": the event goes to the careful path."""
 
 
 def decode_record(
@@ -363,19 +352,27 @@ def decode_record(
     partition: int,
     offset: int,
     options: DecoderOptions = DEFAULT_OPTIONS,
+    fast: bool = True,
 ) -> list[Event]:
     """Decode every event of one Kafka record, in record order.
 
     Raises MalformedRecordError for any input that is not valid Open Protocol; its ``index`` is
     the event's index in the record, or -1 when the framing itself is broken.
+
+    ``fast=False`` (:func:`decode_record_careful`) decodes every event by :func:`_careful_event`
+    alone: the reference the fast path is tested against (same results, same errors); not for
+    production use, it is slower.
     """
-    if options.legacy_base64_strings:
-        # Producers older than v4.0.5 send no column flags, which the fast path always gives up on.
-        return decode_record_careful(
-            key, value, topic=topic, partition=partition, offset=offset, options=options
-        )
     keys, values = _split(key, value, topic, partition, offset)
     plan, decompress = _plan_for(options)
+    if not fast or options.legacy_base64_strings:
+        # Producers older than v4.0.5 send no column flags, which the fast path always gives up on.
+        return [
+            _careful_event_at(
+                keys[index], values[index], plan, decompress, options, topic, partition, offset, index
+            )
+            for index in range(len(keys))
+        ]
     kinds = _KINDS
     loads = _loads
     new_object = _new
@@ -496,17 +493,12 @@ def decode_record(
         except Exception:
             pass
         # --- the careful path: this event again, from its bytes --------------------------------
-        try:
-            append(
-                _careful_event(
-                    kdoc,
-                    values[index],
-                    plan,
-                    decompress,
-                    Position(topic, partition, offset, index),
-                    options.reserved_schemas,
-                )
-            )
-        except _EventError as e:
-            raise _malformed(e.reason, e.excerpt, topic, partition, offset, index) from e.__cause__
+        append(
+            _careful_event_at(kdoc, values[index], plan, decompress, options, topic, partition, offset, index)
+        )
     return events
+
+
+# The reference decoder by its own name (the fast-path tests and the decode benchmark compare the
+# two): one signature, so that both always take the same arguments.
+decode_record_careful = partial(decode_record, fast=False)

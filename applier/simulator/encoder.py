@@ -32,14 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from applier.codec.events import FLAG_BINARY, FLAG_HANDLE_KEY
 from applier.simulator.golang import Float32, go_json, go_json_fields, go_quote
-from applier.simulator.tables import (
-    BLOB_TYPES,
-    FLAG_BINARY,
-    FLAG_HANDLE_KEY,
-    STRING_TYPES,
-    TYPE_FLOAT,
-)
+from applier.simulator.tables import BLOB_TYPES, STRING_TYPES, TYPE_FLOAT
 
 if TYPE_CHECKING:
     from applier.simulator.stream import SimEvent

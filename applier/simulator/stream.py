@@ -62,6 +62,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
+from applier.codec.events import FLAG_HANDLE_KEY
 from applier.simulator.encoder import (
     CLAIM_CHECK,
     HANDLE_KEY_ONLY,
@@ -82,7 +83,6 @@ from applier.simulator.tables import (
     DDL_ADD_COLUMN,
     DDL_CREATE_SCHEMA,
     DDL_CREATE_TABLE,
-    FLAG_HANDLE_KEY,
     TableSpec,
     add_column_sql,
     bulk_table,

@@ -13,6 +13,20 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# Column flags (docs/open-protocol.md §3.3): plain numbers of the specification, with one home in
+# the events module (a leaf module). The simulator's logic stays its own: only the numbers are
+# shared. Importable from here too, beside the rest of the column metadata.
+from applier.codec.events import (
+    FLAG_BINARY,
+    FLAG_GENERATED,
+    FLAG_HANDLE_KEY,
+    FLAG_MULTIPLE_KEY,
+    FLAG_NULLABLE,
+    FLAG_PRIMARY_KEY,
+    FLAG_UNIQUE_KEY,
+    FLAG_UNSIGNED,
+)
+
 # MySQL column type codes (docs/open-protocol.md §4).
 TYPE_TINY = 1
 TYPE_SHORT = 2
@@ -40,17 +54,6 @@ TYPE_STRING = 254
 
 STRING_TYPES = frozenset({TYPE_VARCHAR, 253, TYPE_STRING})
 BLOB_TYPES = frozenset({TYPE_TINY_BLOB, TYPE_MEDIUM_BLOB, TYPE_LONG_BLOB, TYPE_BLOB})
-
-# Column flags (docs/open-protocol.md §3.3). Defined here rather than imported from the decoder's
-# contract so that the simulator stays an independent implementation of the specification.
-FLAG_BINARY = 0x01
-FLAG_HANDLE_KEY = 0x02
-FLAG_GENERATED = 0x04
-FLAG_PRIMARY_KEY = 0x08
-FLAG_UNIQUE_KEY = 0x10
-FLAG_MULTIPLE_KEY = 0x20
-FLAG_NULLABLE = 0x40
-FLAG_UNSIGNED = 0x80
 
 # DDL type codes (docs/open-protocol.md §8) the simulator emits.
 DDL_CREATE_SCHEMA = 1
@@ -336,6 +339,14 @@ def int_column(
     )
 
 
+def _members_column(name: str, kind: Kind, members: tuple[str, ...]) -> ColumnSpec:
+    """An ENUM or SET column (``kind``): its SQL type lists ``members`` in order, which is what
+    gives each its index (ENUM) or bit (SET) on the wire."""
+    keyword, type_code = ("ENUM", TYPE_ENUM) if kind is Kind.ENUM else ("SET", TYPE_SET)
+    sql_type = keyword + "(" + ",".join(f"'{m}'" for m in members) + ")"
+    return ColumnSpec(name, sql_type, type_code, kind, members=members)
+
+
 def _all_types() -> TableSpec:
     b = True  # binary charset, for readability below
     cols = (
@@ -370,20 +381,8 @@ def _all_types() -> TableSpec:
         ColumnSpec("c_mediumtext", "MEDIUMTEXT", TYPE_MEDIUM_BLOB, Kind.TEXT_BLOB, max_len=2**24 - 1),
         ColumnSpec("c_longtext", "LONGTEXT", TYPE_LONG_BLOB, Kind.TEXT_BLOB, max_len=2**32 - 1),
         ColumnSpec("c_bit", "BIT(64)", TYPE_BIT, Kind.BIT, binary_charset=b, int_range=(0, 2**64 - 1)),
-        ColumnSpec(
-            "c_enum",
-            "ENUM(" + ",".join(f"'{m}'" for m in ENUM_MEMBERS) + ")",
-            TYPE_ENUM,
-            Kind.ENUM,
-            members=ENUM_MEMBERS,
-        ),
-        ColumnSpec(
-            "c_set",
-            "SET(" + ",".join(f"'{m}'" for m in SET_MEMBERS) + ")",
-            TYPE_SET,
-            Kind.SET,
-            members=SET_MEMBERS,
-        ),
+        _members_column("c_enum", Kind.ENUM, ENUM_MEMBERS),
+        _members_column("c_set", Kind.SET, SET_MEMBERS),
         ColumnSpec("c_json", "JSON", TYPE_JSON, Kind.JSON, binary_charset=b),
         ColumnSpec(
             "c_gen",

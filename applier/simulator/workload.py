@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from applier.simulator.tables import (
@@ -129,30 +130,38 @@ class Upstream:
         May return an empty list (for example an insert and a delete of the same row).
         """
         self._work = {}
+        # The statements one table's rows can take, and how often; deletes and swaps of a unique
+        # value are the same for every table (helpers taking the table's name).
+        delete, swap = self._delete_random, self._swap
         weighted: list[tuple[Callable[[], None], int]] = [
-            (self._op_all_types_insert, 5), (self._op_all_types_update, 6), (self._op_all_types_delete, 2),
+            (self._op_all_types_insert, 5), (self._op_all_types_update, 6), (partial(delete, "all_types"), 2),
             (self._op_all_types_pk_change, 1), (self._op_all_types_touch_twice, 1),
             (self._op_all_types_reinsert, 1),
             (self._op_composite_insert, 4), (self._op_composite_update, 4), (self._op_composite_move_u, 1),
-            (self._op_composite_swap_u, 1), (self._op_composite_pk_change, 1), (self._op_composite_delete, 2),
-            (self._op_uniq_insert, 4), (self._op_uniq_update, 4), (self._op_uniq_swap_u, 1),
-            (self._op_uniq_swap_alt, 1), (self._op_uniq_delete, 2),
+            (partial(swap, "composite", "u"), 1), (self._op_composite_pk_change, 1),
+            (partial(delete, "composite"), 2),
+            (self._op_uniq_insert, 4), (self._op_uniq_update, 4), (partial(swap, "uniq_only", "u"), 1),
+            (self._op_uniq_swap_alt, 1), (partial(delete, "uniq_only"), 2),
         ]  # fmt: skip
         if "keyless" in self.specs:
             weighted += [
                 (self._op_keyless_insert, 4),
                 (self._op_keyless_update, 3),
-                (self._op_keyless_delete, 2),
+                (partial(delete, "keyless"), 2),
             ]
         if PARTITIONED_TABLE in self.specs:
             weighted += [
                 (self._op_ptbl_insert, 4),
                 (self._op_ptbl_update, 4),
                 (self._op_ptbl_pk_change, 2),
-                (self._op_ptbl_delete, 2),
+                (partial(delete, PARTITIONED_TABLE), 2),
             ]
         if LATE_TABLE in self.specs:
-            weighted += [(self._op_late_insert, 3), (self._op_late_update, 2), (self._op_late_delete, 1)]
+            weighted += [
+                (self._op_late_insert, 3),
+                (self._op_late_update, 2),
+                (partial(delete, LATE_TABLE), 1),
+            ]
         if self.rng.random() < 0.04:
             weighted = [(self._op_bulk_update, 1)]  # one statement touching a whole table
         ops, weights = zip(*weighted, strict=True)
@@ -202,11 +211,12 @@ class Upstream:
                     table[a], table[b] = dict(ra, w=rb["w"]), dict(rb, w=ra["w"])
                 else:
                     table[a] = dict(ra, label=self.values.value(label))
-        for op in (self._op_composite_swap_u, self._op_composite_pk_change, self._op_uniq_swap_u):
-            op()
+        self._swap("composite", "u")
+        self._op_composite_pk_change()
+        self._swap("uniq_only", "u")
         if "keyless" in self.specs:
             self._op_keyless_insert()
-            self._op_keyless_delete()
+            self._delete_random("keyless")
         return self.commit()
 
     def commit(self) -> list[RowChange]:
@@ -274,8 +284,53 @@ class Upstream:
             out[name] = self.values.value(spec.column(name))
         return out
 
-    def _full(self, name: str) -> bool:
-        return len(self._table(name)) >= _MAX_ROWS
+    def _no_room(self, name: str) -> bool:
+        """Whether ``name`` is full: then a random row of it is deleted instead of the insert
+        asked for, which keeps every table bounded."""
+        if len(self._table(name)) < _MAX_ROWS:
+            return False
+        self._delete_random(name)
+        return True
+
+    def _insert_random(self, name: str, complete: Callable[[Row], Any]) -> bool:
+        """``INSERT`` of a random row into ``name``, unless it is full (see ``_no_room``; False
+        then). ``complete`` sets the columns the table constrains (its key first) and returns the
+        row's key."""
+        if self._no_room(name):
+            return False
+        row = self._random_row(self.specs[name])
+        self._table(name)[complete(row)] = row
+        return True
+
+    def _update_random(
+        self, name: str, insert: Callable[[], None], change: Callable[[TableSpec, Row], Row]
+    ) -> None:
+        """``UPDATE`` of a random row of ``name`` to ``change(spec, row)``; on an empty table
+        ``insert`` runs instead."""
+        picked = self._pick(name)
+        if picked is None:
+            insert()
+            return
+        key, row = picked
+        self._table(name)[key] = change(self.specs[name], row)
+
+    def _delete_random(self, name: str) -> None:
+        """``DELETE`` of a random row of ``name`` (nothing on an empty table)."""
+        picked = self._pick(name)
+        if picked is not None:
+            del self._table(name)[picked[0]]
+
+    def _swap(self, name: str, column: str, keys: list[Any] | None = None) -> None:
+        """Swap the ``column`` values of two random rows of ``name`` (of ``keys``, default all) in
+        one transaction: for a unique column, two updates that only converge when both apply."""
+        table = self._table(name)
+        if keys is None:
+            keys = list(table)
+        if len(keys) < 2:
+            return
+        k1, k2 = self.rng.sample(keys, 2)
+        row1, row2 = table[k1], table[k2]
+        table[k1], table[k2] = dict(row1, **{column: row2[column]}), dict(row2, **{column: row1[column]})
 
     def _op_bulk_update(self) -> None:
         """``UPDATE t SET col = ...`` without WHERE: one event per row in a single transaction."""
@@ -300,33 +355,22 @@ class Upstream:
         row["c_gen"] = row["id"] * 2
         return row
 
-    def _op_all_types_insert(self) -> None:
-        if self._full("all_types"):
-            self._op_all_types_delete()
-            return
-        spec = self.specs["all_types"]
-        row = self._random_row(spec)
+    def _all_types_key(self, row: Row) -> tuple[int]:
         row["id"] = self._next_id
         self._next_id += 1
-        self._table("all_types")[(row["id"],)] = self._with_generated(row)
+        return (self._with_generated(row)["id"],)
+
+    def _op_all_types_insert(self) -> None:
+        self._insert_random("all_types", self._all_types_key)
 
     def _updatable(self, spec: TableSpec) -> list[str]:
         return [c.name for c in spec.columns if not c.is_generated and c.name not in spec.split_key_columns]
 
     def _op_all_types_update(self) -> None:
-        picked = self._pick("all_types")
-        if picked is None:
-            self._op_all_types_insert()
-            return
-        key, row = picked
-        spec = self.specs["all_types"]
-        names = self.rng.sample(self._updatable(spec), self.rng.randint(1, 4))
-        self._table("all_types")[key] = self._changed(spec, row, names)
+        def change(spec: TableSpec, row: Row) -> Row:
+            return self._changed(spec, row, self.rng.sample(self._updatable(spec), self.rng.randint(1, 4)))
 
-    def _op_all_types_delete(self) -> None:
-        picked = self._pick("all_types")
-        if picked is not None:
-            del self._table("all_types")[picked[0]]
+        self._update_random("all_types", self._op_all_types_insert, change)
 
     def _op_all_types_pk_change(self) -> None:
         """``UPDATE all_types SET id = <new id>``: TiCDC sees a delete and an insert."""
@@ -393,8 +437,7 @@ class Upstream:
         return None
 
     def _op_composite_insert(self) -> None:
-        if self._full("composite"):
-            self._op_composite_delete()
+        if self._no_room("composite"):
             return
         pk = self._unused_pk()
         if pk is None:
@@ -406,13 +449,11 @@ class Upstream:
         self._table("composite")[pk] = row
 
     def _op_composite_update(self) -> None:
-        picked = self._pick("composite")
-        if picked is None:
-            self._op_composite_insert()
-            return
-        key, row = picked
-        spec = self.specs["composite"]
-        self._table("composite")[key] = self._changed(spec, row, self._updatable(spec))
+        self._update_random(
+            "composite",
+            self._op_composite_insert,
+            lambda spec, row: self._changed(spec, row, self._updatable(spec)),
+        )
 
     def _op_composite_move_u(self) -> None:
         """Give one row's unique value to another row (the first gets a fresh one)."""
@@ -423,14 +464,6 @@ class Upstream:
         fresh = self._unused_u("composite")
         table[k1], table[k2] = dict(table[k1], u=fresh), dict(table[k2], u=table[k1]["u"])
 
-    def _op_composite_swap_u(self) -> None:
-        """Swap the unique values of two rows in one transaction."""
-        table = self._table("composite")
-        if len(table) < 2:
-            return
-        k1, k2 = self.rng.sample(list(table), 2)
-        table[k1], table[k2] = dict(table[k1], u=table[k2]["u"]), dict(table[k2], u=table[k1]["u"])
-
     def _op_composite_pk_change(self) -> None:
         picked = self._pick("composite")
         pk = self._unused_pk()
@@ -440,11 +473,6 @@ class Upstream:
         table = self._table("composite")
         del table[key]
         table[pk] = dict(row, a=pk[0], b=pk[1])
-
-    def _op_composite_delete(self) -> None:
-        picked = self._pick("composite")
-        if picked is not None:
-            del self._table("composite")[picked[0]]
 
     # -- uniq_only (no PK; NOT NULL UNIQUE u is the handle; nullable UNIQUE alt) --------------
 
@@ -463,52 +491,33 @@ class Upstream:
                 return alt
         return None
 
-    def _op_uniq_insert(self) -> None:
-        if self._full("uniq_only"):
-            self._op_uniq_delete()
-            return
-        spec = self.specs["uniq_only"]
-        row = self._random_row(spec)
+    def _uniq_key(self, row: Row) -> int:
         row["u"] = self._unused_uniq()
         row["alt"] = self._unused_alt() if self.rng.random() < 0.7 else None
-        self._table("uniq_only")[self._new_rowid()] = row
+        return self._new_rowid()
+
+    def _op_uniq_insert(self) -> None:
+        self._insert_random("uniq_only", self._uniq_key)
 
     def _op_uniq_update(self) -> None:
-        picked = self._pick("uniq_only")
-        if picked is None:
-            self._op_uniq_insert()
-            return
-        key, row = picked
-        spec = self.specs["uniq_only"]
-        new = self._changed(spec, row, ["v1", "v2"])
-        roll = self.rng.random()
-        if roll < 0.2:
-            new["u"] = self._unused_uniq()  # handle change: split into delete + insert
-        elif roll < 0.4:
-            new["alt"] = self._unused_alt() if self.rng.random() < 0.8 else None  # nullable UK: plain update
-        self._table("uniq_only")[key] = new
+        def change(spec: TableSpec, row: Row) -> Row:
+            new = self._changed(spec, row, ["v1", "v2"])
+            roll = self.rng.random()
+            if roll < 0.2:
+                new["u"] = self._unused_uniq()  # handle change: split into delete + insert
+            elif roll < 0.4:
+                new["alt"] = (
+                    self._unused_alt() if self.rng.random() < 0.8 else None
+                )  # nullable UK: plain update
+            return new
 
-    def _op_uniq_swap_u(self) -> None:
-        table = self._table("uniq_only")
-        if len(table) < 2:
-            return
-        k1, k2 = self.rng.sample(list(table), 2)
-        table[k1], table[k2] = dict(table[k1], u=table[k2]["u"]), dict(table[k2], u=table[k1]["u"])
+        self._update_random("uniq_only", self._op_uniq_insert, change)
 
     def _op_uniq_swap_alt(self) -> None:
         """Swap a nullable unique value between two rows: two plain updates that only converge
         when both are applied."""
         table = self._table("uniq_only")
-        candidates = [k for k, r in table.items() if r["alt"] is not None]
-        if len(candidates) < 2:
-            return
-        k1, k2 = self.rng.sample(candidates, 2)
-        table[k1], table[k2] = dict(table[k1], alt=table[k2]["alt"]), dict(table[k2], alt=table[k1]["alt"])
-
-    def _op_uniq_delete(self) -> None:
-        picked = self._pick("uniq_only")
-        if picked is not None:
-            del self._table("uniq_only")[picked[0]]
+        self._swap("uniq_only", "alt", [k for k, r in table.items() if r["alt"] is not None])
 
     # -- keyless (no key at all; identical rows allowed) --------------------------------------
 
@@ -521,8 +530,7 @@ class Upstream:
         }
 
     def _op_keyless_insert(self) -> None:
-        if self._full("keyless"):
-            self._op_keyless_delete()
+        if self._no_room("keyless"):
             return
         table = self._table("keyless")
         if table and self.rng.random() < 0.4:
@@ -532,18 +540,11 @@ class Upstream:
         table[self._new_rowid()] = row
 
     def _op_keyless_update(self) -> None:
-        picked = self._pick("keyless")
-        if picked is None:
-            self._op_keyless_insert()
-            return
-        key, row = picked
-        new = self._keyless_row()
-        self._table("keyless")[key] = {name: self.rng.choice([row[name], new[name]]) for name in row}
+        def change(_spec: TableSpec, row: Row) -> Row:
+            new = self._keyless_row()
+            return {name: self.rng.choice([row[name], new[name]]) for name in row}
 
-    def _op_keyless_delete(self) -> None:
-        picked = self._pick("keyless")
-        if picked is not None:
-            del self._table("keyless")[picked[0]]
+        self._update_random("keyless", self._op_keyless_insert, change)
 
     # -- ptbl (PARTITION BY HASH(id) PARTITIONS 4; clustered int primary key) -----------------
 
@@ -552,16 +553,15 @@ class Upstream:
         self._next_small_id[name] = new_id + 1
         return new_id
 
+    def _small_id_key(self, name: str, row: Row) -> tuple[int]:
+        row["id"] = self._small_id(name)
+        return (row["id"],)
+
     def _op_ptbl_insert(self) -> None:
         """Insert one to three rows: consecutive ids land in different physical partitions."""
         for _ in range(self.rng.randint(1, 3)):
-            if self._full(PARTITIONED_TABLE):
-                self._op_ptbl_delete()
+            if not self._insert_random(PARTITIONED_TABLE, partial(self._small_id_key, PARTITIONED_TABLE)):
                 return
-            spec = self.specs[PARTITIONED_TABLE]
-            row = self._random_row(spec)
-            row["id"] = self._small_id(PARTITIONED_TABLE)
-            self._table(PARTITIONED_TABLE)[(row["id"],)] = row
 
     def _op_ptbl_update(self) -> None:
         """Update one to three rows, usually in several physical partitions."""
@@ -585,33 +585,15 @@ class Upstream:
         new = dict(row, id=self._small_id(PARTITIONED_TABLE))
         table[(new["id"],)] = new
 
-    def _op_ptbl_delete(self) -> None:
-        picked = self._pick(PARTITIONED_TABLE)
-        if picked is not None:
-            del self._table(PARTITIONED_TABLE)[picked[0]]
-
     # -- late_tbl (created mid-stream by the new architecture's out-of-order CREATE TABLE) ----
 
     def _op_late_insert(self) -> None:
-        if self._full(LATE_TABLE):
-            self._op_late_delete()
-            return
-        row = self._random_row(self.specs[LATE_TABLE])
-        row["id"] = self._small_id(LATE_TABLE)
-        self._table(LATE_TABLE)[(row["id"],)] = row
+        self._insert_random(LATE_TABLE, partial(self._small_id_key, LATE_TABLE))
 
     def _op_late_update(self) -> None:
-        picked = self._pick(LATE_TABLE)
-        if picked is None:
-            self._op_late_insert()
-            return
-        key, row = picked
-        self._table(LATE_TABLE)[key] = self._changed(self.specs[LATE_TABLE], row, ["label"])
-
-    def _op_late_delete(self) -> None:
-        picked = self._pick(LATE_TABLE)
-        if picked is not None:
-            del self._table(LATE_TABLE)[picked[0]]
+        self._update_random(
+            LATE_TABLE, self._op_late_insert, lambda spec, row: self._changed(spec, row, ["label"])
+        )
 
     # -- wide (BIGINT primary key; LONGTEXT, LONGBLOB and MEDIUMTEXT of up to megabytes) -------
 
