@@ -57,10 +57,6 @@ from applier.stream.progress import ddl_key
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
 from sqlgen import Dialect, TablePlan, plan_table
 
-WRITE_STATS_SCHEMA = (
-    "events long, deletes long, replaces long, inserts long, statements long, transactions long, "
-    "retries long, seconds double"
-)
 EVENTS_PER_WRITER = 250_000  # more writer partitions than cores when an epoch is big: bounds task memory
 
 
@@ -68,31 +64,15 @@ class CatchupError(FatalError, RuntimeError):
     """The catch-up cannot proceed; the message says why (no traceback for the operator)."""
 
 
+# What a writer task returns to the driver: its WriteStats as one Arrow row (the fields, in order).
+_STATS_TYPES = {"int": (pa.int64(), "long"), "float": (pa.float64(), "double")}
+_STATS_FIELDS = [(f.name, _STATS_TYPES[str(f.type)]) for f in dataclasses.fields(WriteStats)]
+_STATS_ARROW = pa.schema([(name, arrow) for name, (arrow, _spark) in _STATS_FIELDS])
+WRITE_STATS_SCHEMA = ", ".join(f"{name} {spark}" for name, (_arrow, spark) in _STATS_FIELDS)
+
+
 def _stats_batch(stats: WriteStats) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(
-        {
-            "events": [stats.events],
-            "deletes": [stats.deletes],
-            "replaces": [stats.replaces],
-            "inserts": [stats.inserts],
-            "statements": [stats.statements],
-            "transactions": [stats.transactions],
-            "retries": [stats.retries],
-            "seconds": [stats.seconds],
-        },
-        schema=pa.schema(
-            [
-                ("events", pa.int64()),
-                ("deletes", pa.int64()),
-                ("replaces", pa.int64()),
-                ("inserts", pa.int64()),
-                ("statements", pa.int64()),
-                ("transactions", pa.int64()),
-                ("retries", pa.int64()),
-                ("seconds", pa.float64()),
-            ]
-        ),
-    )
+    return pa.RecordBatch.from_pydict({n: [getattr(stats, n)] for n, _ in _STATS_FIELDS}, schema=_STATS_ARROW)
 
 
 def _keyed_task(batches: Iterator[pa.RecordBatch], spec: WriteSpec) -> Iterator[pa.RecordBatch]:
@@ -565,8 +545,10 @@ class CatchupJob:
 
 
 def _add(totals: WriteStats, d: dict) -> None:
-    for name in ("events", "deletes", "replaces", "inserts", "statements", "transactions", "retries"):
-        setattr(totals, name, getattr(totals, name) + int(d.get(name) or 0))
+    """Add one task's counters (a row of WRITE_STATS_SCHEMA, or a WriteStats' fields) to ``totals``."""
+    for name, (arrow, _spark) in _STATS_FIELDS:
+        if arrow == pa.int64():
+            setattr(totals, name, getattr(totals, name) + int(d.get(name) or 0))
 
 
 def _keyless_by_epoch(
