@@ -2,7 +2,7 @@
 
 The daemon prepares window N+1 while the database applies window N, and keeps reading records
 meanwhile. These tests drive the barrier that way (random interleaving of feeding, building ahead
-and completing) over the randomized streams of test_barrier.py, and check the same guarantees as
+and completing) over the randomized streams of test_stream_barrier.py, and check the same guarantees as
 the sequential tests: every row exactly once in ts order, DDLs alone and in order, and a restart
 from any window's checkpoint (written from that window's own fields) reproduces the rest.
 """
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from applier.stream.barrier import Barrier
 from applier.stream.progress import CheckpointState
 from applier.stream.window import Window, is_keyless
-from tests.unit.test_barrier import (
+from tests.unit.test_stream_barrier import (
     Applied,
     Feeds,
     Stream,
