@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from applier.stream.barrier import Barrier
 from applier.stream.progress import CheckpointState
 from applier.stream.window import Window, is_keyless
+from tests.builders import ddl_event, keyed_row, resolved_event
 from tests.unit.test_stream_barrier import (
     Applied,
     Feeds,
@@ -25,10 +26,7 @@ from tests.unit.test_stream_barrier import (
     check_order,
     consume,
     content,
-    ddl,
-    keyed,
     make_stream,
-    resolved,
     summary,
 )
 
@@ -135,12 +133,12 @@ def test_windows_built_ahead_apply_every_row_once_and_restart_reproduces_the_res
 def test_nothing_is_built_ahead_of_a_ddl_or_of_a_ddl_window() -> None:
     barrier = Barrier([0, 1])
     feed = Feeds(barrier)
-    feed(0, keyed(10, 1))
-    feed(1, keyed(10, 2))
-    feed.broadcast(ddl(20))
-    feed(0, keyed(30, 3))
-    feed(1, keyed(30, 4))
-    feed.broadcast(resolved(40))
+    feed(0, keyed_row(10, 1))
+    feed(1, keyed_row(10, 2))
+    feed.broadcast(ddl_event(20))
+    feed(0, keyed_row(30, 3))
+    feed(1, keyed_row(30, 4))
+    feed.broadcast(resolved_event(40))
     first = barrier.next_window()
     assert first is not None and first.target_ts == 19 and len(first.rows) == 2
     assert barrier.next_window(after=first) is None  # the DDL comes next: not built ahead
@@ -157,8 +155,8 @@ def test_a_window_built_ahead_takes_only_rows_after_the_one_in_flight() -> None:
     barrier = Barrier([0])
     feed = Feeds(barrier)
     for ts in (10, 11, 12, 13):
-        feed(0, keyed(ts, ts))
-    feed(0, resolved(13))
+        feed(0, keyed_row(ts, ts))
+    feed(0, resolved_event(13))
     first = barrier.next_window(max_rows=2)
     assert first is not None and first.target_ts == 11
     ahead = barrier.next_window(max_rows=2, after=first)
