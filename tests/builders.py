@@ -19,6 +19,7 @@ from typing import Any
 
 import cramjam
 import orjson
+import pytest
 
 from applier.codec.events import (
     FLAG_HANDLE_KEY,
@@ -217,12 +218,17 @@ def resolved_record(ts: int) -> tuple[bytes, bytes]:
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def _fixture_text(line: str) -> str:
+    return "" if line == "<empty>" else line.replace("\\n", "\n")
+
+
 def load_sql_fixture_pairs(path: str | Path) -> list[tuple[str, str, int]]:
     """The (input, expected, line) pairs of a fixture file below tests/fixtures.
 
     The file holds blocks separated by blank lines; each block is an input statement on one line and
-    the expected statement on the next. Lines starting with ``--`` are comments. ``line`` is the line
-    number of the input, for the test's id.
+    the expected statement on the next. Lines starting with ``--`` are comments. In a statement the two
+    characters ``\\n`` stand for a line break, and a line ``<empty>`` for the empty string. ``line``
+    is the line number of the input, for the test's id.
     """
     pairs: list[tuple[str, str, int]] = []
     block: list[tuple[int, str]] = []
@@ -237,6 +243,15 @@ def load_sql_fixture_pairs(path: str | Path) -> list[tuple[str, str, int]]:
             if len(block) != 2:
                 raise ValueError(f"{path}:{block[0][0]}: a block holds an input and an expected line")
             (number_in, text_in), (_, text_out) = block
-            pairs.append((text_in, text_out, number_in))
+            pairs.append((_fixture_text(text_in), _fixture_text(text_out), number_in))
             block = []
     return pairs
+
+
+def sql_fixture_cases(path: str) -> list[Any]:
+    """The pairs of ``load_sql_fixture_pairs(path)`` as pytest parameters named ``<file>:<line>``."""
+    name = Path(path).name
+    return [
+        pytest.param(given, expected, id=f"{name}:{line}")
+        for given, expected, line in load_sql_fixture_pairs(path)
+    ]
