@@ -722,6 +722,14 @@ def check_order(windows: list[Window], base: int) -> None:
         base = w.target_ts
 
 
+def assert_every_row_once(stream: Stream, windows: list[Window]) -> None:
+    """The windows hold every row of the stream once (keyless rows as a multiset) and its DDLs in order."""
+    keyless_rows, keyed_rows, ddls = summary(windows)
+    assert keyless_rows == Counter(content(r) for r in stream.rows if is_keyless(r))
+    assert keyed_rows == {content(r) for r in stream.rows if not is_keyless(r)}
+    assert ddls == stream.ddls
+
+
 def summary(windows: list[Window]) -> tuple[Counter, set, list]:
     """Keyless rows as a multiset (exactly once); keyed rows as a set, each in one window only
     (an identical keyed copy in the same window is harmless); DDLs in execution order."""
@@ -752,12 +760,7 @@ def test_every_row_applied_once_and_restart_from_any_checkpoint_reproduces_the_r
     run = consume(stream, start, rnd)
     check_order(run.windows, 0)
 
-    truth_keyless = Counter(content(r) for r in stream.rows if is_keyless(r))
-    truth_keyed = {content(r) for r in stream.rows if not is_keyless(r)}
-    keyless_rows, keyed_rows, ddls = summary(run.windows)
-    assert keyless_rows == truth_keyless
-    assert keyed_rows == truth_keyed
-    assert ddls == stream.ddls
+    assert_every_row_once(stream, run.windows)
 
     # Crash after window k (the checkpoint was written with it), restart from its checkpoint.
     k = int(cut * len(run.windows))
