@@ -61,7 +61,7 @@ def test_commit_that_landed_is_not_replayed(fresh_db: str, downstream_url: str, 
         base_ts=0,
     )
     try:
-        applier.apply.window_applier(window)
+        applier.apply(window)
         assert lost, "the simulated loss did not happen"
         with conn.cursor() as cur:
             cur.execute("SELECT COUNT(*) FROM keyless")
