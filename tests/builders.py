@@ -11,9 +11,8 @@ Also here: ``load_sql_fixture_pairs``, which reads the input/expected SQL pairs 
 from __future__ import annotations
 
 import itertools
-import json
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +184,6 @@ def compress_value(doc: bytes, compression: str | None) -> bytes:
     return doc
 
 
-def json_text(obj: Any) -> bytes:
-    """JSON written by Python's json module (spaces after separators, integers of any size)."""
-    return json.dumps(obj, ensure_ascii=False).encode()
-
-
 def record(
     *pairs: tuple[Any, Any],
     compression: str | None = None,
@@ -199,13 +193,6 @@ def record(
     keys = [dumps(k) for k, _ in pairs]
     values = [b"" if v is None else compress_value(dumps(v), compression) for _, v in pairs]
     return frame_docs(keys, values)
-
-
-def record_of(
-    keys: Iterable[Any], values: Iterable[Any], dumps: Callable[[Any], bytes] = json_text
-) -> tuple[bytes, bytes]:
-    """One record of the key objects and the value objects (None: empty) given side by side."""
-    return record(*zip(keys, values, strict=True), dumps=dumps)
 
 
 def resolved_record(ts: int) -> tuple[bytes, bytes]:
