@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import os
 import signal
-import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -18,6 +15,7 @@ from applier.simulator import StreamConfig, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration.harness import Changefeed, read_log, stop
 from tests.integration.ops_support import wait_until
+from tests.notify_socket import bind_notify_socket
 
 pytestmark = pytest.mark.integration
 
@@ -26,16 +24,7 @@ class NotifySocket:
     """A bound AF_UNIX datagram socket collecting (monotonic time, message) pairs on a thread."""
 
     def __init__(self, abstract: bool = False) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        if abstract:
-            name = f"applier-test-{uuid.uuid4().hex}"
-            self.sock.bind("\0" + name)
-            self.env_value = "@" + name
-        else:
-            self.dir = tempfile.mkdtemp(prefix="notify-")
-            path = os.path.join(self.dir, "notify.sock")
-            self.sock.bind(path)
-            self.env_value = path
+        self.sock, self.env_value = bind_notify_socket(abstract)
         self.sock.settimeout(0.2)
         self.messages: list[tuple[float, str]] = []
         self._stop = threading.Event()

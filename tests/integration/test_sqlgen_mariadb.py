@@ -22,7 +22,6 @@ from applier.codec.events import (
     FLAG_PRIMARY_KEY,
     FLAG_UNIQUE_KEY,
     FLAG_UNSIGNED,
-    Position,
     Row,
     RowEvent,
     RowKind,
@@ -38,6 +37,7 @@ from sqlgen import (
     quote_table,
     statements,
 )
+from tests.builders import column, row_event
 
 pytestmark = pytest.mark.integration
 
@@ -56,18 +56,6 @@ INT, BIGINT, FLOAT, DOUBLE, VARCHAR, JSON, DECIMAL, BLOB, TIME, DATE, DATETIME =
     12,
 )
 INS, UPD, DEL = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
-
-_offset = iter(range(10**9))
-
-
-def ev(
-    kind: RowKind, ts: int, table: str, schema: str, new: Row | None = None, old: Row | None = None
-) -> RowEvent:
-    return RowEvent(ts, schema, table, kind, new, old, None, Position("t", 0, next(_offset), 0))
-
-
-def c(t: int, v: Any, f: int = 0) -> dict[str, Any]:
-    return {"t": t, "f": f, "v": v}
 
 
 @pytest.fixture
@@ -110,29 +98,29 @@ def ddl(cn: pymysql.connections.Connection, sql: str) -> None:
 
 
 def kimg(id_: int, u: str, v: str) -> Row:
-    return {"id": c(INT, id_, PK), "u": c(VARCHAR, u, FLAG_UNIQUE_KEY), "v": c(VARCHAR, v)}
+    return {"id": column(INT, id_, PK), "u": column(VARCHAR, u, FLAG_UNIQUE_KEY), "v": column(VARCHAR, v)}
 
 
 def test_unique_swap_pk_change_and_reinsert_converge(conn, fresh_db: str) -> None:
     ddl(conn, "CREATE TABLE k (id INT PRIMARY KEY, u VARCHAR(10) NOT NULL UNIQUE, v VARCHAR(20))")
     s = fresh_db
-    apply(conn, [ev(INS, 10, "k", s, kimg(i, f"u{i}", "init")) for i in range(1, 8)])
+    apply(conn, [row_event(INS, 10, kimg(i, f"u{i}", "init"), table="k", schema=s) for i in range(1, 8)])
     window = [
         # unique values swapped between rows 1 and 2 (one transaction, arrival reversed)
-        ev(UPD, 20, "k", s, kimg(2, "u1", "swapped"), kimg(2, "u2", "init")),
-        ev(UPD, 20, "k", s, kimg(1, "u2", "swapped"), kimg(1, "u1", "init")),
+        row_event(UPD, 20, kimg(2, "u1", "swapped"), kimg(2, "u2", "init"), table="k", schema=s),
+        row_event(UPD, 20, kimg(1, "u2", "swapped"), kimg(1, "u1", "init"), table="k", schema=s),
         # primary key 3 -> 9 split into INSERT + DELETE, insert first (another partition)
-        ev(INS, 21, "k", s, kimg(9, "u3", "moved")),
-        ev(DEL, 21, "k", s, old=kimg(3, "u3", "init")),
+        row_event(INS, 21, kimg(9, "u3", "moved"), table="k", schema=s),
+        row_event(DEL, 21, old=kimg(3, "u3", "init"), table="k", schema=s),
         # primary keys 4 and 5 swapped, split, every insert before every delete
-        ev(INS, 22, "k", s, kimg(5, "u4", "was4")),
-        ev(INS, 22, "k", s, kimg(4, "u5", "was5")),
-        ev(DEL, 22, "k", s, old=kimg(4, "u4", "init")),
-        ev(DEL, 22, "k", s, old=kimg(5, "u5", "init")),
+        row_event(INS, 22, kimg(5, "u4", "was4"), table="k", schema=s),
+        row_event(INS, 22, kimg(4, "u5", "was5"), table="k", schema=s),
+        row_event(DEL, 22, old=kimg(4, "u4", "init"), table="k", schema=s),
+        row_event(DEL, 22, old=kimg(5, "u5", "init"), table="k", schema=s),
         # delete then reinsert with a unique value that row 7 gives up at the same ts
-        ev(DEL, 23, "k", s, old=kimg(6, "u6", "init")),
-        ev(UPD, 24, "k", s, kimg(7, "u7b", "init"), kimg(7, "u7", "init")),
-        ev(INS, 24, "k", s, kimg(6, "u7", "re")),
+        row_event(DEL, 23, old=kimg(6, "u6", "init"), table="k", schema=s),
+        row_event(UPD, 24, kimg(7, "u7b", "init"), kimg(7, "u7", "init"), table="k", schema=s),
+        row_event(INS, 24, kimg(6, "u7", "re"), table="k", schema=s),
     ]
     window += window[:3]  # replayed duplicates
     kinds = apply(conn, window)
@@ -215,7 +203,7 @@ def test_random_windows_reproduce_upstream(conn, fresh_db: str, seed: int) -> No
     ddl(conn, "CREATE TABLE r (id INT PRIMARY KEY, u VARCHAR(10) NOT NULL UNIQUE, v VARCHAR(20))")
     for arrival, expected in _random_windows(seed):
         events = [
-            ev(kind, ts, "r", fresh_db, kimg(*n) if n else None, kimg(*o) if o else None)
+            row_event(kind, ts, kimg(*n) if n else None, kimg(*o) if o else None, table="r", schema=fresh_db)
             for kind, ts, n, o in arrival
         ]
         if events:
@@ -233,10 +221,10 @@ def test_keyed_deletes_use_the_primary_key(conn, fresh_db: str) -> None:
     conn.commit()
 
     def img(i: int) -> Row:
-        return {"a": c(INT, i, PK), "b": c(VARCHAR, f"k{i}", PK), "v": c(INT, 0)}
+        return {"a": column(INT, i, PK), "b": column(VARCHAR, f"k{i}", PK), "v": column(INT, 0)}
 
     for n in (1, 2, 50):
-        plan = plan_window([ev(DEL, 10, "e", fresh_db, old=img(i * 7)) for i in range(n)])
+        plan = plan_window([row_event(DEL, 10, old=img(i * 7), table="e", schema=fresh_db) for i in range(n)])
         (st,) = list(statements(plan, MARIADB))
         with conn.cursor() as cur:
             cur.execute("EXPLAIN " + st.sql, st.params)
@@ -250,13 +238,13 @@ def test_keyed_deletes_use_the_primary_key(conn, fresh_db: str) -> None:
 
 def nimg(a: Any, f: Any, d: Any, j: Any, x: Any, b: Any) -> Row:
     return {
-        "a": c(INT, a),
-        "f": c(FLOAT, f),
-        "d": c(DOUBLE, d),
-        "j": c(JSON, j),
-        "x": c(DECIMAL, x),
-        "b": c(BLOB, b, FLAG_BINARY),
-        "g": c(INT, None, FLAG_GENERATED),  # never written, never matched
+        "a": column(INT, a),
+        "f": column(FLOAT, f),
+        "d": column(DOUBLE, d),
+        "j": column(JSON, j),
+        "x": column(DECIMAL, x),
+        "b": column(BLOB, b, FLAG_BINARY),
+        "g": column(INT, None, FLAG_GENERATED),  # never written, never matched
     }
 
 
@@ -271,17 +259,17 @@ def test_keyless_deletes_match_nulls_floats_json_decimals(conn, fresh_db: str) -
     r1b = nimg(1, 1.1, 0.1, '{"k": [1, 2]}', "1.00000000000000000002", b"\x00\xff")  # differs far out
     r2 = nimg(None, None, None, None, None, None)
     r3 = nimg(3, 3.3, 1e-300, '"s"', "-0.50000000000000000000", b"")
-    apply(conn, [ev(INS, 10, "n", s, img) for img in (r1, r1, r1b, r2, r2, r3)])
+    apply(conn, [row_event(INS, 10, img, table="n", schema=s) for img in (r1, r1, r1b, r2, r2, r3)])
     assert rows(conn, "SELECT COUNT(*) FROM n") == [(6,)]
     # delete one of two identical rows, the NULL row, and update r3 (old image matched exactly)
     r3new = nimg(4, 4.4, 2.2, "[]", "9.9", b"z")
     kinds = apply(
         conn,
         [
-            ev(DEL, 20, "n", s, old=r1),
-            ev(DEL, 20, "n", s, old=r2),
-            ev(UPD, 20, "n", s, r3new, r3),
-            ev(DEL, 20, "n", s, old=r1b),
+            row_event(DEL, 20, old=r1, table="n", schema=s),
+            row_event(DEL, 20, old=r2, table="n", schema=s),
+            row_event(UPD, 20, r3new, r3, table="n", schema=s),
+            row_event(DEL, 20, old=r1b, table="n", schema=s),
         ],
     )
     assert kinds == ["delete", "delete", "delete", "delete", "insert"]
@@ -310,13 +298,13 @@ HOSTILE_COL = "va l%s`"
 
 def himg(k1: int, k2: str, val: str, tm: str, dt: str, dd: str, bl: bytes, f: int = PK) -> Row:
     return {
-        HOSTILE_KEY: c(BIGINT, k1, f | FLAG_UNSIGNED),
-        "ö": c(VARCHAR, k2, f),
-        HOSTILE_COL: c(VARCHAR, val),
-        "tm": c(TIME, tm),
-        "dt": c(DATETIME, dt),
-        "dd": c(DATE, dd),
-        "bl": c(BLOB, bl, FLAG_BINARY),
+        HOSTILE_KEY: column(BIGINT, k1, f | FLAG_UNSIGNED),
+        "ö": column(VARCHAR, k2, f),
+        HOSTILE_COL: column(VARCHAR, val),
+        "tm": column(TIME, tm),
+        "dt": column(DATETIME, dt),
+        "dd": column(DATE, dd),
+        "bl": column(BLOB, bl, FLAG_BINARY),
     }
 
 
@@ -340,9 +328,15 @@ def test_hostile_names_and_values_round_trip(conn, fresh_db: str, keyed: bool) -
     a = himg(MAX_U64, NASTY, NASTY, "-838:59:59", "0000-00-00 00:00:00", "0000-00-00", ALL_BYTES, f)
     b = himg(0, "plain", "x", "123:04:05", "2024-02-29 23:59:59", "2024-02-29", b"", f)
     cc = himg(7, "🙂 key", "to delete", "-00:00:01", "1970-01-01 00:00:01", "1000-01-01", b"\\", f)
-    apply(conn, [ev(INS, 10, HOSTILE_TABLE, s, img) for img in (a, b, cc)])
+    apply(conn, [row_event(INS, 10, img, table=HOSTILE_TABLE, schema=s) for img in (a, b, cc)])
     b2 = himg(0, "plain", NASTY, "838:59:59", "0000-00-00 00:00:00", "0000-00-00", ALL_BYTES[::-1], f)
-    apply(conn, [ev(UPD, 20, HOSTILE_TABLE, s, b2, b), ev(DEL, 20, HOSTILE_TABLE, s, old=cc)])
+    apply(
+        conn,
+        [
+            row_event(UPD, 20, b2, b, table=HOSTILE_TABLE, schema=s),
+            row_event(DEL, 20, old=cc, table=HOSTILE_TABLE, schema=s),
+        ],
+    )
     got = rows(
         conn,
         f"SELECT {quote_ident(HOSTILE_KEY)}, `ö`, {quote_ident(HOSTILE_COL)}, CAST(tm AS CHAR), "
@@ -353,7 +347,7 @@ def test_hostile_names_and_values_round_trip(conn, fresh_db: str, keyed: bool) -
         (MAX_U64, NASTY, NASTY, "-838:59:59", "0000-00-00 00:00:00", "0000-00-00", ALL_BYTES),
     ]
     # delete the row whose key holds every hostile value
-    apply(conn, [ev(DEL, 30, HOSTILE_TABLE, s, old=a)])
+    apply(conn, [row_event(DEL, 30, old=a, table=HOSTILE_TABLE, schema=s)])
     assert [r[0] for r in rows(conn, f"SELECT {quote_ident(HOSTILE_KEY)} FROM {tbl}")] == [0]
 
 

@@ -13,12 +13,8 @@ from applier.catchup.epochs import (
     partition_resolved,
     plan_epochs,
 )
-from applier.codec.events import DDLEvent, Position
 from applier.stream.progress import ddl_key
-
-
-def ddl(ts: int, query: str = "ALTER TABLE t ADD c INT", table: str = "t") -> DDLEvent:
-    return DDLEvent(ts, "s", table, query, 5, Position("topic", 0, 0, 0))
+from tests.builders import ddl_event
 
 
 def test_partition_resolved_ignores_ddls_and_older_values() -> None:
@@ -27,7 +23,7 @@ def test_partition_resolved_ignores_ddls_and_older_values() -> None:
     controls = [
         Control(0, 1, 0, 100),
         Control(0, 5, 0, 90),  # an older resolved after a replay
-        Control(1, 2, 0, 81, ddl(81)),
+        Control(1, 2, 0, 81, ddl_event(81, "ALTER TABLE t ADD c INT", table="t", schema="s")),
         Control(1, 3, 0, 70),
     ]
     assert partition_resolved(controls, [0, 1, 2], floor=50) == {0: 100, 1: 70, 2: 50}
@@ -42,8 +38,15 @@ def test_global_resolved_is_the_smallest_capped_by_until() -> None:
 
 
 def test_ddls_in_the_window_once_each_in_the_barriers_order() -> None:
-    a, b, c = ddl(50, "CREATE TABLE a (i INT)", "a"), ddl(50, "CREATE TABLE b (i INT)", "b"), ddl(70)
-    old, late = ddl(20, "CREATE TABLE old (i INT)"), ddl(120)
+    a, b, c = (
+        ddl_event(50, "CREATE TABLE a (i INT)", "a", schema="s"),
+        ddl_event(50, "CREATE TABLE b (i INT)", "b", schema="s"),
+        ddl_event(70, "ALTER TABLE t ADD c INT", table="t", schema="s"),
+    )
+    old, late = (
+        ddl_event(20, "CREATE TABLE old (i INT)", table="t", schema="s"),
+        ddl_event(120, "ALTER TABLE t ADD c INT", table="t", schema="s"),
+    )
     controls = [
         # partition 1 saw b before a, partition 0 a before b: the lowest partition's order wins
         Control(1, 3, 0, 50, b),
@@ -63,7 +66,11 @@ def test_ddls_in_the_window_once_each_in_the_barriers_order() -> None:
 
 
 def test_epochs_split_the_window_at_each_ddl() -> None:
-    d1, d2, d3 = ddl(50, "q1"), ddl(50, "q2"), ddl(71)
+    d1, d2, d3 = (
+        ddl_event(50, "q1", table="t", schema="s"),
+        ddl_event(50, "q2", table="t", schema="s"),
+        ddl_event(71, "ALTER TABLE t ADD c INT", table="t", schema="s"),
+    )
     epochs = plan_epochs(30, 100, [d1, d2, d3])
     assert epochs == [
         Epoch(1, 30, 49, d1),
@@ -85,4 +92,4 @@ def test_no_ddl_is_one_epoch_and_a_ddl_outside_is_refused() -> None:
     assert plan_epochs(10, 20, []) == [Epoch(1, 10, 20, None)]
     assert plan_epochs(10, 10, []) == [Epoch(1, 10, 10, None)]
     with pytest.raises(ValueError):
-        plan_epochs(10, 20, [ddl(21)])
+        plan_epochs(10, 20, [ddl_event(21, "ALTER TABLE t ADD c INT", table="t", schema="s")])

@@ -14,16 +14,11 @@ from applier.codec.events import Position, RowEvent, RowKind
 from applier.simulator import StreamConfig, simulate
 from applier.stream.window import is_keyless
 from sqlgen import plan_window
+from tests.builders import id_val_image, position, row_event
 
 HK = 0x02 | 0x08
-
-
-def _row(ts, kind, new=None, old=None, table="t", off=0, idx=0) -> RowEvent:
-    return RowEvent(ts, "s", table, kind, new, old, None, Position("x", 0, off, idx))
-
-
-def _img(i, v, flags=HK):
-    return {"id": {"t": 3, "f": flags, "v": i}, "v": {"t": 15, "f": 0, "v": v}}
+INS, UPD, DEL = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
+AT = position(topic="x")  # where the rows of these tests were read
 
 
 def _table(builder: BatchBuilder) -> pa.Table:
@@ -32,21 +27,30 @@ def _table(builder: BatchBuilder) -> pa.Table:
 
 def test_a_key_change_becomes_a_delete_and_an_insert_each_on_its_own_key() -> None:
     b = BatchBuilder(lower_ts=0)
-    b.add_record(0, 7, [_row(10, RowKind.UPDATE, _img(2, "x"), _img(1, "x"))], (b"k", b"v"))
+    b.add_record(0, 7, [row_event(UPD, 10, id_val_image(2, "x"), id_val_image(1, "x"), pos=AT)], (b"k", b"v"))
     t = _table(b)
     t = t.filter(t["img"].is_valid())
     assert t["op"].to_pylist() == [int(RowKind.DELETE), int(RowKind.INSERT)]
     assert [pickle.loads(k) for k in t["hkey"].to_pylist()] == [(("id",), (1,)), (("id",), (2,))]
     events = [ev for _t, ev in rebuild_row_events(t, "x")]
     assert events[0].old == {"id": {"t": 3, "f": HK, "v": 1}} and events[0].new is None
-    assert events[1].new == _img(2, "x") and events[1].old is None
+    assert events[1].new == id_val_image(2, "x") and events[1].old is None
 
 
 def test_skeleton_marks_first_and_last_per_table_or_everything_when_ts_go_back() -> None:
     b = BatchBuilder(lower_ts=0)
-    rows = [_row(ts, RowKind.INSERT, _img(i, "v"), idx=i) for i, ts in enumerate([5, 5, 6, 7])]
-    other = [_row(ts, RowKind.INSERT, _img(i, "v"), table="u", idx=10 + i) for i, ts in enumerate([9, 8, 9])]
-    keyless = [_row(4, RowKind.INSERT, _img(i, "v", flags=0), table="k", idx=20 + i) for i in range(2)]
+    rows = [
+        row_event(INS, ts, id_val_image(i, "v"), pos=position(index=i, topic="x"))
+        for i, ts in enumerate([5, 5, 6, 7])
+    ]
+    other = [
+        row_event(INS, ts, id_val_image(i, "v"), table="u", pos=position(index=10 + i, topic="x"))
+        for i, ts in enumerate([9, 8, 9])
+    ]
+    keyless = [
+        row_event(INS, 4, id_val_image(i, "v", key_flags=0), table="k", pos=position(index=20 + i, topic="x"))
+        for i in range(2)
+    ]
     b.add_record(0, 1, [*rows, *other, *keyless], (b"k", b"v"))
     t = _table(b)
     stubs = t.filter(t["skel"])
@@ -60,7 +64,10 @@ def test_skeleton_marks_first_and_last_per_table_or_everything_when_ts_go_back()
 
 def test_rows_at_or_below_the_lower_bound_travel_only_as_skeleton_stubs() -> None:
     b = BatchBuilder(lower_ts=6)
-    rows = [_row(ts, RowKind.INSERT, _img(i, "v"), idx=i) for i, ts in enumerate([5, 5, 6, 7])]
+    rows = [
+        row_event(INS, ts, id_val_image(i, "v"), pos=position(index=i, topic="x"))
+        for i, ts in enumerate([5, 5, 6, 7])
+    ]
     b.add_record(0, 1, rows, (b"k", b"v"))
     t = _table(b)
     got = list(zip(t["ts"].to_pylist(), t["skel"].to_pylist(), t["img"].is_valid().to_pylist(), strict=True))
@@ -81,14 +88,17 @@ def test_collapse_keeps_the_last_op_per_key_but_never_across_a_ddl_record() -> N
 
     b = BatchBuilder(lower_ts=0, collapse_upto=1 << 62)
     b.add_record(
-        0, 1, [_row(10, RowKind.INSERT, _img(1, "a")), _row(11, RowKind.INSERT, _img(2, "a"))], (b"", b"")
+        0,
+        1,
+        [row_event(INS, 10, id_val_image(1, "a"), pos=AT), row_event(INS, 11, id_val_image(2, "a"), pos=AT)],
+        (b"", b""),
     )
-    b.add_record(0, 2, [_row(12, RowKind.UPDATE, _img(1, "b"), _img(1, "a"))], (b"", b""))
-    b.add_record(0, 3, [_row(12, RowKind.DELETE, None, _img(2, "a"))], (b"", b""))
+    b.add_record(0, 2, [row_event(UPD, 12, id_val_image(1, "b"), id_val_image(1, "a"), pos=AT)], (b"", b""))
+    b.add_record(0, 3, [row_event(DEL, 12, None, id_val_image(2, "a"), pos=AT)], (b"", b""))
     b.add_record(
         0, 4, [DDLEvent(13, "s", "t", "ALTER TABLE t ADD c INT", 5, Position("x", 0, 4, 0))], (b"", b"")
     )
-    b.add_record(0, 5, [_row(14, RowKind.UPDATE, _img(1, "c"), _img(1, "b"))], (b"", b""))
+    b.add_record(0, 5, [row_event(UPD, 14, id_val_image(1, "c"), id_val_image(1, "b"), pos=AT)], (b"", b""))
     t = _table(b)
     w = t.filter(t["img"].is_valid()).sort_by("ts")
     got = [
@@ -138,10 +148,10 @@ def _final(tp) -> tuple:
 def test_ops_above_the_collapse_bound_are_never_merged_into_a_winner() -> None:
     """An op above R must not hide the key's last op at or below R (the daemon applies the rest)."""
     b = BatchBuilder(lower_ts=0, collapse_upto=12)
-    b.add_record(0, 1, [_row(10, RowKind.INSERT, _img(1, "a"))], (b"", b""))
-    b.add_record(0, 2, [_row(12, RowKind.UPDATE, _img(1, "b"), _img(1, "a"))], (b"", b""))
-    b.add_record(0, 3, [_row(13, RowKind.UPDATE, _img(1, "c"), _img(1, "b"))], (b"", b""))
-    b.add_record(0, 4, [_row(14, RowKind.DELETE, None, _img(1, "c"))], (b"", b""))
+    b.add_record(0, 1, [row_event(INS, 10, id_val_image(1, "a"), pos=AT)], (b"", b""))
+    b.add_record(0, 2, [row_event(UPD, 12, id_val_image(1, "b"), id_val_image(1, "a"), pos=AT)], (b"", b""))
+    b.add_record(0, 3, [row_event(UPD, 13, id_val_image(1, "c"), id_val_image(1, "b"), pos=AT)], (b"", b""))
+    b.add_record(0, 4, [row_event(DEL, 14, None, id_val_image(1, "c"), pos=AT)], (b"", b""))
     t = _table(b)
     w = t.filter(t["img"].is_valid()).sort_by("ts")
     assert list(zip(w["ts"].to_pylist(), w["lo"].to_pylist(), strict=True)) == [(12, 10), (13, 13), (14, 14)]
@@ -152,11 +162,14 @@ def test_keyed_rows_at_or_below_the_partitions_resolved_ts_are_replays_and_not_w
     from applier.codec.events import ResolvedEvent
 
     b = BatchBuilder(lower_ts=0)
-    b.add_record(0, 1, [_row(10, RowKind.INSERT, _img(1, "a"))], (b"", b""))
+    b.add_record(0, 1, [row_event(INS, 10, id_val_image(1, "a"), pos=AT)], (b"", b""))
     b.add_record(0, 2, [ResolvedEvent(10, Position("x", 0, 2, 0))], (b"", b""))
-    b.add_record(1, 1, [_row(10, RowKind.INSERT, _img(2, "a"))], (b"", b""))  # another partition
+    b.add_record(1, 1, [row_event(INS, 10, id_val_image(2, "a"), pos=AT)], (b"", b""))  # another partition
     b.add_record(
-        0, 3, [_row(10, RowKind.INSERT, _img(1, "a")), _row(11, RowKind.INSERT, _img(1, "b"))], (b"", b"")
+        0,
+        3,
+        [row_event(INS, 10, id_val_image(1, "a"), pos=AT), row_event(INS, 11, id_val_image(1, "b"), pos=AT)],
+        (b"", b""),
     )
     t = _table(b)
     w = t.filter(t["img"].is_valid())

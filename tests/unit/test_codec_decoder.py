@@ -21,24 +21,10 @@ from applier.codec.events import (
     RowKind,
     handle_key_names,
 )
+from tests.builders import column, frame_key, frame_value, record
 
 U64 = struct.Struct(">Q")
 TOPIC, PARTITION, OFFSET = "cdc-topic", 3, 1234
-
-
-def frame_key(docs: list[bytes], version: int = 1) -> bytes:
-    return U64.pack(version) + b"".join(U64.pack(len(d)) + d for d in docs)
-
-
-def frame_value(docs: list[bytes]) -> bytes:
-    return b"".join(U64.pack(len(d)) + d for d in docs)
-
-
-def record(*pairs: tuple[Any, Any]) -> tuple[bytes, bytes]:
-    """Frame (key object, value object or None for an empty value) pairs into one record."""
-    keys = [orjson.dumps(k) for k, _ in pairs]
-    values = [b"" if v is None else orjson.dumps(v) for _, v in pairs]
-    return frame_key(keys), frame_value(values)
 
 
 def decode(key: bytes | None, value: bytes | None, options: DecoderOptions = DEFAULT_OPTIONS) -> list[Any]:
@@ -53,31 +39,27 @@ def row_key(ts: int = 100, **extra: Any) -> dict[str, Any]:
     return {"ts": ts, "scm": "db", "tbl": "tb", "t": 1, **extra}
 
 
-def col(t: int, v: Any, f: int = 0) -> dict[str, Any]:
-    return {"t": t, "f": f, "v": v}
-
-
 # --- framing -----------------------------------------------------------------------------------
 
 
 def test_a_record_with_many_events_of_every_kind() -> None:
     key, value = record(
-        (row_key(10), {"u": {"id": col(3, 1, 11)}}),
-        ({"ts": 11, "scm": "db", "tbl": "other", "t": 1}, {"d": {"id": col(3, 2, 11)}}),
+        (row_key(10), {"u": {"id": column(3, 1, 11)}}),
+        ({"ts": 11, "scm": "db", "tbl": "other", "t": 1}, {"d": {"id": column(3, 2, 11)}}),
         ({"ts": 12, "scm": "db", "tbl": "tb", "t": 2}, {"q": "ALTER TABLE tb ADD c INT", "t": 5}),
         ({"ts": 13, "t": 3}, None),
     )
     events = decode(key, value)
     assert events == [
-        RowEvent(10, "db", "tb", RowKind.INSERT, {"id": col(3, 1, 11)}, None, None, pos(0)),
-        RowEvent(11, "db", "other", RowKind.DELETE, None, {"id": col(3, 2, 11)}, None, pos(1)),
+        RowEvent(10, "db", "tb", RowKind.INSERT, {"id": column(3, 1, 11)}, None, None, pos(0)),
+        RowEvent(11, "db", "other", RowKind.DELETE, None, {"id": column(3, 2, 11)}, None, pos(1)),
         DDLEvent(12, "db", "tb", "ALTER TABLE tb ADD c INT", 5, pos(2)),
         ResolvedEvent(13, pos(3)),
     ]
 
 
 def test_sixteen_events_keep_their_order_and_index() -> None:
-    pairs = [(row_key(1000 + i), {"u": {"id": col(3, i)}}) for i in range(16)]
+    pairs = [(row_key(1000 + i), {"u": {"id": column(3, i)}}) for i in range(16)]
     events = decode(*record(*pairs))
     assert [e.commit_ts for e in events] == [1000 + i for i in range(16)]
     assert [e.pos.index for e in events] == list(range(16))
@@ -100,12 +82,12 @@ def test_key_field_order_does_not_matter_and_unknown_fields_are_ignored() -> Non
 def test_missing_schema_and_table_become_empty_strings() -> None:
     key, value = record(({"ts": 7, "t": 2}, {"q": "CREATE DATABASE x", "t": 1}))
     assert decode(key, value) == [DDLEvent(7, "", "", "CREATE DATABASE x", 1, pos(0))]
-    key, value = record(({"ts": 7, "scm": "x", "t": 1}, {"u": {"a": col(3, 1)}}))
+    key, value = record(({"ts": 7, "scm": "x", "t": 1}, {"u": {"a": column(3, 1)}}))
     assert decode(key, value)[0].table == ""
 
 
 def test_partition_id_of_partitioned_tables() -> None:
-    (event,) = decode(*record((row_key(ptn=98765), {"u": {"a": col(3, 1)}})))
+    (event,) = decode(*record((row_key(ptn=98765), {"u": {"a": column(3, 1)}})))
     assert event.partition_id == 98765 and event.table == "tb"
 
 
@@ -123,8 +105,8 @@ def test_record_key_may_be_a_bytearray_or_memoryview() -> None:
 
 
 def test_insert_update_delete() -> None:
-    new = {"id": col(3, 1, 11), "v": col(15, "b")}
-    old = {"id": col(3, 1, 11), "v": col(15, "a")}
+    new = {"id": column(3, 1, 11), "v": column(15, "b")}
+    old = {"id": column(3, 1, 11), "v": column(15, "a")}
     ins, upd, dele = decode(
         *record(
             (row_key(), {"u": new}),
@@ -141,12 +123,12 @@ def test_insert_update_delete() -> None:
 def test_only_output_updated_columns_fills_old_from_new() -> None:
     value = {
         "u": {
-            "id": col(3, 1, 11),
-            "a": col(15, "new-a"),
-            "b": col(12, "2020-01-01 00:00:00"),
-            "c": col(3, 9),
+            "id": column(3, 1, 11),
+            "a": column(15, "new-a"),
+            "b": column(12, "2020-01-01 00:00:00"),
+            "c": column(3, 9),
         },
-        "p": {"a": col(15, "old-a")},
+        "p": {"a": column(15, "old-a")},
     }
     (event,) = decode(*record((row_key(), value)))
     assert event.kind is RowKind.UPDATE
@@ -161,27 +143,27 @@ def test_only_output_updated_columns_fills_old_from_new() -> None:
 
 
 def test_filled_old_columns_are_decoded_values() -> None:
-    value = {"u": {"id": col(3, 1, 11), "bin": col(15, "\\x00\\x01", 1)}, "p": {"id": col(3, 1, 11)}}
+    value = {"u": {"id": column(3, 1, 11), "bin": column(15, "\\x00\\x01", 1)}, "p": {"id": column(3, 1, 11)}}
     (event,) = decode(*record((row_key(), value)))
     assert event.old["bin"]["v"] == b"\x00\x01"
 
 
 def test_old_only_columns_are_kept() -> None:
-    value = {"u": {"id": col(3, 1)}, "p": {"id": col(3, 1), "gone": col(3, 5)}}
+    value = {"u": {"id": column(3, 1)}, "p": {"id": column(3, 1), "gone": column(3, 5)}}
     (event,) = decode(*record((row_key(), value)))
     assert list(event.old) == ["id", "gone"]
 
 
 def test_delete_with_only_handle_key_columns() -> None:
-    value = {"d": {"id": {"t": 3, "h": True, "f": 11, "v": 42}, "k2": col(15, "x", 2 | 8)}}
+    value = {"d": {"id": {"t": 3, "h": True, "f": 11, "v": 42}, "k2": column(15, "x", 2 | 8)}}
     (event,) = decode(*record((row_key(), value)))
     assert event.kind is RowKind.DELETE
-    assert event.old == {"id": col(3, 42, 11), "k2": col(15, "x", 10)}
+    assert event.old == {"id": column(3, 42, 11), "k2": column(15, "x", 10)}
     assert handle_key_names(event.old) == ["id", "k2"]
 
 
 def test_row_without_handle_key_columns() -> None:
-    (event,) = decode(*record((row_key(), {"u": {"a": col(3, 1, 64), "b": col(15, None, 64)}})))
+    (event,) = decode(*record((row_key(), {"u": {"a": column(3, 1, 64), "b": column(15, None, 64)}})))
     assert handle_key_names(event.new) == []
 
 
@@ -241,7 +223,7 @@ def test_handle_key_only_message() -> None:
     assert isinstance(event, LargeMessageEvent)
     assert (event.commit_ts, event.schema, event.table) == (77, "db", "tb")
     assert event.handle_key_only is True and event.claim_check_location is None
-    assert event.row == RowEvent(77, "db", "tb", RowKind.INSERT, {"id": col(3, 5, 11)}, None, None, pos(0))
+    assert event.row == RowEvent(77, "db", "tb", RowKind.INSERT, {"id": column(3, 5, 11)}, None, None, pos(0))
     assert event.pos == pos(0)
 
 
@@ -251,12 +233,12 @@ def test_claim_check_message() -> None:
     assert event == LargeMessageEvent(78, "db", "tb", False, ccl, None, pos(0))
     (event,) = decode(*record((row_key(78, ccl=ccl, ohk=False), {})))
     assert event.row is None and event.claim_check_location == ccl
-    (event,) = decode(*record((row_key(78, ccl=ccl, ohk=True), {"d": {"id": col(3, 1, 11)}})))
+    (event,) = decode(*record((row_key(78, ccl=ccl, ohk=True), {"d": {"id": column(3, 1, 11)}})))
     assert event.handle_key_only and event.row.kind is RowKind.DELETE
 
 
 def test_ohk_false_is_an_ordinary_row() -> None:
-    (event,) = decode(*record((row_key(ohk=False), {"u": {"a": col(3, 1)}})))
+    (event,) = decode(*record((row_key(ohk=False), {"u": {"a": column(3, 1)}})))
     assert isinstance(event, RowEvent)
 
 
@@ -271,10 +253,12 @@ def _compressed_record(compress: Any) -> tuple[bytes, bytes]:
         orjson.dumps(row_key(4)),
     ]
     values = [
-        bytes(compress(orjson.dumps({"u": {"id": col(3, 1, 11), "b": col(15, "\\xff", 1)}}))),
+        bytes(compress(orjson.dumps({"u": {"id": column(3, 1, 11), "b": column(15, "\\xff", 1)}}))),
         bytes(compress(orjson.dumps({"q": "TRUNCATE TABLE tb", "t": 11}))),
         b"",  # a resolved event's empty value is never compressed
-        bytes(compress(orjson.dumps({"u": {"t": col(252, "aGVsbG8=", 0)}, "p": {"t": col(252, "", 0)}}))),
+        bytes(
+            compress(orjson.dumps({"u": {"t": column(252, "aGVsbG8=", 0)}, "p": {"t": column(252, "", 0)}}))
+        ),
     ]
     return frame_key(keys), frame_value(values)
 
@@ -286,19 +270,28 @@ def test_compression_round_trip(name: str, compress: Any) -> None:
     events = decode(*_compressed_record(compress), DecoderOptions(compression=name))
     assert events == [
         RowEvent(
-            1, "db", "tb", RowKind.INSERT, {"id": col(3, 1, 11), "b": col(15, b"\xff", 1)}, None, None, pos(0)
+            1,
+            "db",
+            "tb",
+            RowKind.INSERT,
+            {"id": column(3, 1, 11), "b": column(15, b"\xff", 1)},
+            None,
+            None,
+            pos(0),
         ),
         DDLEvent(2, "db", "tb", "TRUNCATE TABLE tb", 11, pos(1)),
         ResolvedEvent(3, pos(2)),
-        RowEvent(4, "db", "tb", RowKind.UPDATE, {"t": col(252, "hello")}, {"t": col(252, "")}, None, pos(3)),
+        RowEvent(
+            4, "db", "tb", RowKind.UPDATE, {"t": column(252, "hello")}, {"t": column(252, "")}, None, pos(3)
+        ),
     ]
 
 
 def test_compressed_large_message_value() -> None:
-    value = frame_value([bytes(cramjam.lz4.compress(orjson.dumps({"u": {"id": col(3, 9, 11)}})))])
+    value = frame_value([bytes(cramjam.lz4.compress(orjson.dumps({"u": {"id": column(3, 9, 11)}})))])
     key = frame_key([orjson.dumps(row_key(ohk=True))])
     (event,) = decode(key, value, DecoderOptions(compression="lz4"))
-    assert event.row.new == {"id": col(3, 9, 11)}
+    assert event.row.new == {"id": column(3, 9, 11)}
 
 
 def test_unknown_compression_is_rejected_at_configuration() -> None:

@@ -7,7 +7,6 @@ exact ints, floats, exact decimals, strings, bytes from Go-quoted and base64 val
 from __future__ import annotations
 
 import base64
-import struct
 from typing import Any
 
 import orjson
@@ -17,18 +16,11 @@ from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.errors import MalformedRecordError
 from applier.codec.events import FLAG_BINARY, FLAG_GENERATED, FLAG_HANDLE_KEY, RowEvent, RowKind
 from applier.codec.values import go_unquote
-
-U64 = struct.Struct(">Q")
-
-
-def frame(key_docs: list[bytes], value_docs: list[bytes]) -> tuple[bytes, bytes]:
-    key = U64.pack(1) + b"".join(U64.pack(len(d)) + d for d in key_docs)
-    value = b"".join(U64.pack(len(d)) + d for d in value_docs)
-    return key, value
+from tests.builders import frame_docs
 
 
 def decode_row_value(value_json: bytes, options: DecoderOptions | None = None) -> RowEvent:
-    key, value = frame([b'{"ts":1,"scm":"s","tbl":"t","t":1}'], [value_json])
+    key, value = frame_docs([b'{"ts":1,"scm":"s","tbl":"t","t":1}'], [value_json])
     kwargs = {} if options is None else {"options": options}
     (event,) = decode_record(key, value, topic="tp", partition=2, offset=7, **kwargs)
     assert isinstance(event, RowEvent)

@@ -29,6 +29,7 @@ from applier.large_messages.errors import LargeMessageNotConfigured, LargeMessag
 from applier.large_messages.resolver import LargeMessageQueue, LargeMessageResolver
 from applier.large_messages.storage import ObjectStoreError
 from applier.large_messages.upstream import UpstreamRowMissing, UpstreamUnreachable, select_as_of
+from tests.builders import column
 
 U64 = struct.Struct(">Q")
 TOPIC = "t"
@@ -48,13 +49,9 @@ def frame(pairs: list[tuple[dict, dict | None]], compression: str | None = None)
     return key, value
 
 
-def col(t: int, v: Any, f: int = 0) -> dict:
-    return {"t": t, "f": f, "v": v}
-
-
 BIG = "é" * 200_000
-FULL = {"u": {"id": col(8, 7, 11), "body": col(252, base64.b64encode(BIG.encode()).decode())}}
-KEY_ONLY = {"u": {"id": col(8, 7, 11)}}
+FULL = {"u": {"id": column(8, 7, 11), "body": column(252, base64.b64encode(BIG.encode()).decode())}}
+KEY_ONLY = {"u": {"id": column(8, 7, 11)}}
 
 
 def cc_object(key: dict, value: dict, compression: str | None = None) -> bytes:
@@ -250,14 +247,15 @@ class FakeUpstream:
 
 def ohk_record(ts: int, ids: list[int], kind: str = "u", offset: int = 0, partition: int = 0) -> list:
     pairs = [
-        ({"ts": ts, "scm": "s", "tbl": "w", "t": 1, "ohk": True}, {kind: {"id": col(8, i, 11)}}) for i in ids
+        ({"ts": ts, "scm": "s", "tbl": "w", "t": 1, "ohk": True}, {kind: {"id": column(8, i, 11)}})
+        for i in ids
     ]
     key, value = frame(pairs)
     return decode_record(key, value, topic=TOPIC, partition=partition, offset=offset)
 
 
 def test_handle_key_only_rows_are_read_once_per_table_and_ts_and_deletes_not_at_all() -> None:
-    up = FakeUpstream({(10, 1): {"body": col(15, "a")}, (10, 2): {"body": col(15, "b")}})
+    up = FakeUpstream({(10, 1): {"body": column(15, "a")}, (10, 2): {"body": column(15, "b")}})
     resolver = LargeMessageResolver(options=DecoderOptions(), upstream=up)  # type: ignore[arg-type]
     events = ohk_record(10, [1, 2]) + ohk_record(11, [3], kind="d")
     out, size = resolver.resolve(events)
@@ -441,6 +439,6 @@ def test_upstream_errors_are_told_apart(code: int, raised: type, text: str, monk
 
     reader = UpstreamReader(DownstreamConfig(host="tidb", port=4000, user="reader"))
     monkeypatch.setattr(reader, "_session", lambda: _FakeSession(pymysql.err.OperationalError(code, "boom")))
-    key = {"id": col(8, 1, 11)}
+    key = {"id": column(8, 1, 11)}
     with pytest.raises(raised, match=text):
         reader.rows_as_of(5, "s", "w", [key])

@@ -12,53 +12,14 @@ from hypothesis import strategies as st
 
 from applier.codec.events import (
     FLAG_GENERATED,
-    FLAG_HANDLE_KEY,
-    FLAG_PRIMARY_KEY,
-    FLAG_UNIQUE_KEY,
-    Position,
     Row,
     RowEvent,
     RowKind,
 )
 from sqlgen import PlanError, plan_window
+from tests.builders import PK, keyed_image, keyless_image, row_event
 
-PK = FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY
 INT, VARCHAR, FLOAT, JSON = 3, 15, 4, 245
-
-_offsets = iter(range(10**9))
-
-
-def keyed(id_: Any, u: Any = None, v: Any = None) -> Row:
-    """Image of table (id INT PK, u VARCHAR UNIQUE, v VARCHAR)."""
-    return {
-        "id": {"t": INT, "f": PK, "v": id_},
-        "u": {"t": VARCHAR, "f": FLAG_UNIQUE_KEY, "v": u},
-        "v": {"t": VARCHAR, "f": 0, "v": v},
-    }
-
-
-def keyless(a: Any, b: Any = None) -> Row:
-    return {"a": {"t": INT, "f": 0, "v": a}, "b": {"t": VARCHAR, "f": 0, "v": b}}
-
-
-def ev(
-    kind: RowKind,
-    ts: int,
-    new: Row | None = None,
-    old: Row | None = None,
-    table: str = "t",
-    partition: int = 0,
-) -> RowEvent:
-    return RowEvent(
-        commit_ts=ts,
-        schema="s",
-        table=table,
-        kind=kind,
-        new=new,
-        old=old,
-        partition_id=None,
-        pos=Position("topic", partition, next(_offsets), 0),
-    )
 
 
 INS, UPD, DEL = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
@@ -81,52 +42,58 @@ def final_state(events: list[RowEvent]) -> tuple[set, dict]:
 
 def test_update_chain_keeps_last_image_and_replays_collapse() -> None:
     evs = [
-        ev(INS, 10, keyed(1, "a", "v1")),
-        ev(UPD, 11, keyed(1, "a", "v2"), keyed(1, "a", "v1")),
-        ev(UPD, 12, keyed(1, "b", "v3"), keyed(1, "a", "v2")),
+        row_event(INS, 10, keyed_image(1, "a", "v1")),
+        row_event(UPD, 11, keyed_image(1, "a", "v2"), keyed_image(1, "a", "v1")),
+        row_event(UPD, 12, keyed_image(1, "b", "v3"), keyed_image(1, "a", "v2")),
     ]
-    replayed = evs + [ev(e.kind, e.commit_ts, e.new, e.old) for e in evs]  # exact duplicates
+    replayed = evs + [row_event(e.kind, e.commit_ts, e.new, e.old) for e in evs]  # exact duplicates
     assert final_state(replayed) == (set(), {(1,): ("b", "v3")})
 
 
 def test_order_is_by_commit_ts_not_arrival() -> None:
     evs = [
-        ev(UPD, 12, keyed(1, "a", "late"), keyed(1, "a", "mid"), partition=1),
-        ev(INS, 10, keyed(1, "a", "early"), partition=0),
-        ev(UPD, 11, keyed(1, "a", "mid"), keyed(1, "a", "early"), partition=0),
+        row_event(UPD, 12, keyed_image(1, "a", "late"), keyed_image(1, "a", "mid"), partition=1),
+        row_event(INS, 10, keyed_image(1, "a", "early"), partition=0),
+        row_event(UPD, 11, keyed_image(1, "a", "mid"), keyed_image(1, "a", "early"), partition=0),
     ]
     assert final_state(evs) == (set(), {(1,): ("a", "late")})
 
 
 def test_delete_then_reinsert_and_insert_then_delete() -> None:
-    reinsert = [ev(INS, 11, keyed(1, "x", "new")), ev(DEL, 10, old=keyed(1, "x", "old"))]
+    reinsert = [
+        row_event(INS, 11, keyed_image(1, "x", "new")),
+        row_event(DEL, 10, old=keyed_image(1, "x", "old")),
+    ]
     assert final_state(reinsert) == (set(), {(1,): ("x", "new")})
-    gone = [ev(DEL, 11, old=keyed(1, "x", "v")), ev(INS, 10, keyed(1, "x", "v"))]
+    gone = [row_event(DEL, 11, old=keyed_image(1, "x", "v")), row_event(INS, 10, keyed_image(1, "x", "v"))]
     assert final_state(gone) == ({(1,)}, {})
 
 
 def test_pk_change_split_across_partitions_arrival_reversed() -> None:
     # UPDATE id 1 -> 2 sent as DELETE(1) + INSERT(2), same ts, on different partitions;
     # the insert arrives first.
-    evs = [ev(INS, 10, keyed(2, "a", "v"), partition=1), ev(DEL, 10, old=keyed(1, "a", "v"), partition=0)]
+    evs = [
+        row_event(INS, 10, keyed_image(2, "a", "v"), partition=1),
+        row_event(DEL, 10, old=keyed_image(1, "a", "v"), partition=0),
+    ]
     assert final_state(evs) == ({(1,)}, {(2,): ("a", "v")})
 
 
 def test_pk_swap_split_converges_to_two_upserts() -> None:
     # A: id 1 -> 2, B: id 2 -> 1 in one transaction; deletes must not win over the inserts.
     evs = [
-        ev(INS, 10, keyed(2, "A", "a"), partition=1),
-        ev(INS, 10, keyed(1, "B", "b"), partition=0),
-        ev(DEL, 10, old=keyed(1, "A", "a"), partition=0),
-        ev(DEL, 10, old=keyed(2, "B", "b"), partition=1),
+        row_event(INS, 10, keyed_image(2, "A", "a"), partition=1),
+        row_event(INS, 10, keyed_image(1, "B", "b"), partition=0),
+        row_event(DEL, 10, old=keyed_image(1, "A", "a"), partition=0),
+        row_event(DEL, 10, old=keyed_image(2, "B", "b"), partition=1),
     ]
     assert final_state(evs) == (set(), {(2,): ("A", "a"), (1,): ("B", "b")})
 
 
 def test_unique_value_swap_is_two_upserts() -> None:
     evs = [
-        ev(UPD, 10, keyed(2, "a", "y"), keyed(2, "b", "y"), partition=1),
-        ev(UPD, 10, keyed(1, "b", "x"), keyed(1, "a", "x"), partition=0),
+        row_event(UPD, 10, keyed_image(2, "a", "y"), keyed_image(2, "b", "y"), partition=1),
+        row_event(UPD, 10, keyed_image(1, "b", "x"), keyed_image(1, "a", "x"), partition=0),
     ]
     assert final_state(evs) == (set(), {(1,): ("b", "x"), (2,): ("a", "y")})
 
@@ -134,15 +101,20 @@ def test_unique_value_swap_is_two_upserts() -> None:
 def test_update_with_changed_key_in_one_event_is_delete_plus_upsert_ordered_as_delete() -> None:
     # Same ts: another row takes key 1 (arrives first), and the UPDATE moves key 1 -> 3.
     evs = [
-        ev(INS, 10, keyed(1, "n", "new")),
-        ev(UPD, 10, keyed(3, "o", "moved"), keyed(1, "o", "moved")),
+        row_event(INS, 10, keyed_image(1, "n", "new")),
+        row_event(UPD, 10, keyed_image(3, "o", "moved"), keyed_image(1, "o", "moved")),
     ]
     assert final_state(evs) == (set(), {(1,): ("n", "new"), (3,): ("o", "moved")})
-    assert final_state([ev(UPD, 10, keyed(3, "o", "m"), keyed(1, "o", "m"))]) == ({(1,)}, {(3,): ("o", "m")})
+    assert final_state([row_event(UPD, 10, keyed_image(3, "o", "m"), keyed_image(1, "o", "m"))]) == (
+        {(1,)},
+        {(3,): ("o", "m")},
+    )
 
 
 def test_insert_without_old_image_is_an_upsert() -> None:
-    assert final_state([ev(INS, 10, keyed(1, "a", "v")), ev(INS, 11, keyed(1, "a", "w"))]) == (
+    assert final_state(
+        [row_event(INS, 10, keyed_image(1, "a", "v")), row_event(INS, 11, keyed_image(1, "a", "w"))]
+    ) == (
         set(),
         {(1,): ("a", "w")},
     )
@@ -157,7 +129,11 @@ def test_composite_and_null_keys() -> None:
         }
 
     plan = plan_window(
-        [ev(DEL, 10, old=img(1, None, 0)), ev(DEL, 10, old=img(1, "x", 0)), ev(INS, 10, img(2, "y", 5))]
+        [
+            row_event(DEL, 10, old=img(1, None, 0)),
+            row_event(DEL, 10, old=img(1, "x", 0)),
+            row_event(INS, 10, img(2, "y", 5)),
+        ]
     )
     tp = plan.tables[("s", "t")]
     (dg,) = tp.deletes
@@ -168,9 +144,15 @@ def test_composite_and_null_keys() -> None:
 
 
 def test_generated_columns_excluded_and_upserts_grouped_by_columns() -> None:
-    with_gen = keyed(1, "a", "v") | {"g": {"t": INT, "f": FLAG_GENERATED, "v": 99}}
+    with_gen = keyed_image(1, "a", "v") | {"g": {"t": INT, "f": FLAG_GENERATED, "v": 99}}
     narrow = {"id": {"t": INT, "f": PK, "v": 2}, "v": {"t": VARCHAR, "f": 0, "v": "w"}}
-    plan = plan_window([ev(INS, 10, with_gen), ev(INS, 10, narrow), ev(INS, 11, keyed(3, "c", "z"))])
+    plan = plan_window(
+        [
+            row_event(INS, 10, with_gen),
+            row_event(INS, 10, narrow),
+            row_event(INS, 11, keyed_image(3, "c", "z")),
+        ]
+    )
     groups = {g.columns: g for g in plan.tables[("s", "t")].upserts}
     assert set(groups) == {("id", "u", "v"), ("id", "v")}
     assert groups[("id", "u", "v")].rows == [(1, "a", "v"), (3, "c", "z")]
@@ -180,12 +162,14 @@ def test_generated_columns_excluded_and_upserts_grouped_by_columns() -> None:
 
 def test_keyless_order_duplicates_and_update_split() -> None:
     evs = [
-        ev(INS, 11, keyless(3, "c")),
-        ev(INS, 10, keyless(1, "a")),
-        ev(INS, 10, keyless(1, "a")),  # duplicate kept: indistinguishable from a second equal row
-        ev(UPD, 11, keyless(2, "B"), keyless(2, "b")),
-        ev(DEL, 11, old=keyless(1, "a")),
-        ev(UPD, 12, keyless(4, "d")),  # update without old image: plain insert
+        row_event(INS, 11, keyless_image(3, "c")),
+        row_event(INS, 10, keyless_image(1, "a")),
+        row_event(
+            INS, 10, keyless_image(1, "a")
+        ),  # duplicate kept: indistinguishable from a second equal row
+        row_event(UPD, 11, keyless_image(2, "B"), keyless_image(2, "b")),
+        row_event(DEL, 11, old=keyless_image(1, "a")),
+        row_event(UPD, 12, keyless_image(4, "d")),  # update without old image: plain insert
     ]
     plan = plan_window(evs)
     tp = plan.tables[("s", "t")]
@@ -205,17 +189,17 @@ def test_keyless_order_duplicates_and_update_split() -> None:
 
 
 def test_keyless_generated_column_not_matched() -> None:
-    old = keyless(1, "a") | {"g": {"t": INT, "f": FLAG_GENERATED, "v": 2}}
-    (op,) = plan_window([ev(DEL, 10, old=old)]).tables[("s", "t")].ops
+    old = keyless_image(1, "a") | {"g": {"t": INT, "f": FLAG_GENERATED, "v": 2}}
+    (op,) = plan_window([row_event(DEL, 10, old=old)]).tables[("s", "t")].ops
     assert op.columns == ("a", "b") and op.values == (1, "a")
 
 
 def test_multi_table_counts_and_totals() -> None:
     evs = [
-        ev(INS, 10, keyed(1, "a", "v"), table="k"),
-        ev(DEL, 10, old=keyed(2, "b", "v"), table="k"),
-        ev(INS, 10, keyless(1), table="n"),
-        ev(INS, 10, keyed(1, "a", "w"), table="k"),
+        row_event(INS, 10, keyed_image(1, "a", "v"), table="k"),
+        row_event(DEL, 10, old=keyed_image(2, "b", "v"), table="k"),
+        row_event(INS, 10, keyless_image(1), table="n"),
+        row_event(INS, 10, keyed_image(1, "a", "w"), table="k"),
     ]
     plan = plan_window(evs)
     assert plan.row_counts() == {
@@ -227,18 +211,22 @@ def test_multi_table_counts_and_totals() -> None:
 
 
 def test_unplannable_events_raise_with_position() -> None:
-    no_key_delete = ev(DEL, 10, old={"v": {"t": VARCHAR, "f": 0, "v": "x"}})
+    no_key_delete = row_event(DEL, 10, old={"v": {"t": VARCHAR, "f": 0, "v": "x"}})
     with pytest.raises(PlanError, match="no handle-key column") as info:
-        plan_window([ev(INS, 9, keyed(1)), no_key_delete])
+        plan_window([row_event(INS, 9, keyed_image(1)), no_key_delete])
     assert info.value.event is no_key_delete
     assert f"offset {no_key_delete.pos.offset}" in str(info.value)
     with pytest.raises(PlanError, match="no columns to match"):
-        plan_window([ev(DEL, 10, old={"g": {"t": INT, "f": FLAG_GENERATED, "v": 1}})])
+        plan_window([row_event(DEL, 10, old={"g": {"t": INT, "f": FLAG_GENERATED, "v": 1}})])
 
 
 def test_plan_pickles() -> None:
     plan = plan_window(
-        [ev(INS, 10, keyed(1, "a", "v")), ev(DEL, 10, old=keyed(2)), ev(INS, 10, keyless(1), table="n")]
+        [
+            row_event(INS, 10, keyed_image(1, "a", "v")),
+            row_event(DEL, 10, old=keyed_image(2)),
+            row_event(INS, 10, keyless_image(1), table="n"),
+        ]
     )
     again = pickle.loads(pickle.dumps(plan))
     assert again == plan
@@ -295,8 +283,8 @@ def _simulate(seed: int, dispatch: str) -> None:
                 old, new = before.get(rid), rows.get(rid)
                 if old == new:
                     continue
-                o = keyed(old[0], str(old[1]), old[2]) if old else None
-                n = keyed(new[0], str(new[1]), new[2]) if new else None
+                o = keyed_image(old[0], str(old[1]), old[2]) if old else None
+                n = keyed_image(new[0], str(new[1]), new[2]) if new else None
                 if old and new and old[0] == new[0]:
                     out = [(UPD, n, o, new[0])]
                 elif old and new:
@@ -307,12 +295,13 @@ def _simulate(seed: int, dispatch: str) -> None:
                     out = [(DEL, None, o, old[0])]
                 for kind, nn, oo, key in out:
                     p = key % 3 if dispatch == "index-value" else 0
-                    partitions[p].append(ev(kind, ts, nn, oo, partition=p))
+                    partitions[p].append(row_event(kind, ts, nn, oo, partition=p))
         # replay: a random tail of each partition is sent again
         for p, lst in partitions.items():
             if lst and rnd.random() < 0.5:
                 lst.extend(
-                    ev(e.kind, e.commit_ts, e.new, e.old, partition=p) for e in lst[rnd.randrange(len(lst)) :]
+                    row_event(e.kind, e.commit_ts, e.new, e.old, partition=p)
+                    for e in lst[rnd.randrange(len(lst)) :]
                 )
         # interleave partitions randomly, keeping each partition's order
         arrival: list[RowEvent] = []

@@ -14,35 +14,19 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from applier.codec.events import FLAG_HANDLE_KEY, FLAG_PRIMARY_KEY, Position, Row, RowEvent, RowKind
+from applier.codec.events import RowEvent, RowKind
 from sqlgen import plan_window
+from tests.builders import delete_row, id_val_image, insert_row, row_event, update_row
 
-PK = FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY
 INT, VARCHAR = 3, 15
 
 
-def image(key: Any, value: Any = "v") -> Row:
-    return {"id": {"t": INT, "f": PK, "v": key}, "val": {"t": VARCHAR, "f": 0, "v": value}}
-
-
-def event(kind: RowKind, ts: int, new: Row | None, old: Row | None, table: str = "t") -> RowEvent:
-    return RowEvent(ts, "s", table, kind, new, old, None, Position("topic", 0, 0, 0))
-
-
-def insert(ts: int, key: Any, value: Any = "v") -> RowEvent:
-    return event(RowKind.INSERT, ts, image(key, value), None)
-
-
-def delete(ts: int, key: Any) -> RowEvent:
-    return event(RowKind.DELETE, ts, None, image(key))
-
-
-def update(ts: int, old_key: Any, new_key: Any, value: Any = "u") -> RowEvent:
-    return event(RowKind.UPDATE, ts, image(new_key, value), image(old_key))
-
-
 def test_upserts_and_deletes_come_in_key_order() -> None:
-    evs = [insert(10, k) for k in (5, 3, 9, 1)] + [delete(11, 7), delete(11, 2), insert(12, 4)]
+    evs = [insert_row(10, k) for k in (5, 3, 9, 1)] + [
+        delete_row(11, 7),
+        delete_row(11, 2),
+        insert_row(12, 4),
+    ]
     tp = plan_window(evs).tables[("s", "t")]
     (ug,) = tp.upserts
     assert ug.keys == [(1,), (3,), (4,), (5,), (9,)]
@@ -51,7 +35,7 @@ def test_upserts_and_deletes_come_in_key_order() -> None:
 
 
 def test_keys_that_do_not_compare_keep_arrival_order() -> None:
-    evs = [insert(10, 2), insert(10, None), insert(10, 1)]
+    evs = [insert_row(10, 2), insert_row(10, None), insert_row(10, 1)]
     (ug,) = plan_window(evs).tables[("s", "t")].upserts
     assert sorted(ug.keys, key=repr) == sorted([(2,), (None,), (1,)], key=repr)
     assert len(ug.rows) == 3
@@ -93,24 +77,24 @@ def test_one_pass_collapse_equals_the_sorted_definition(seed: int, n: int) -> No
         key = rnd.randint(1, 5)
         kind = rnd.random()
         if kind < 0.4:
-            evs.append(insert(ts, key, f"v{i}"))
+            evs.append(insert_row(ts, key, f"v{i}"))
         elif kind < 0.7:
-            evs.append(delete(ts, key))
+            evs.append(delete_row(ts, key))
         else:
-            evs.append(update(ts, key, rnd.randint(1, 5), f"u{i}"))
+            evs.append(update_row(ts, key, rnd.randint(1, 5), f"u{i}"))
     assert _plan_state(evs) == _reference(evs)
     assert _plan_state(evs, frozenset({("s", "t")})) == _reference(evs)
 
 
 def test_the_tables_hint_gives_the_same_plan() -> None:
-    evs = [insert(10, 2), update(11, 2, 3), delete(12, 1), insert(12, 1, "again")]
+    evs = [insert_row(10, 2), update_row(11, 2, 3), delete_row(12, 1), insert_row(12, 1, "again")]
     plain = plan_window(evs)
     hinted = plan_window(evs, frozenset({("s", "t")}))
     assert plain.events == hinted.events == 4
     assert plain.row_counts() == hinted.row_counts()
     assert plain.tables[("s", "t")].upserts == hinted.tables[("s", "t")].upserts
     assert plain.tables[("s", "t")].deletes == hinted.tables[("s", "t")].deletes
-    two = [*evs, event(RowKind.INSERT, 13, image(9), None, table="other")]
+    two = [*evs, row_event(RowKind.INSERT, 13, id_val_image(9), None, table="other")]
     assert set(plan_window(two, frozenset({("s", "t"), ("s", "other")})).tables) == {
         ("s", "t"),
         ("s", "other"),

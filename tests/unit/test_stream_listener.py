@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from applier.codec.events import (
-    FLAG_HANDLE_KEY,
-    FLAG_NULLABLE,
-    FLAG_PRIMARY_KEY,
-    DDLEvent,
     LargeMessageEvent,
     Position,
-    ResolvedEvent,
     RowEvent,
     RowKind,
 )
@@ -19,37 +14,7 @@ from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.stream.listener import PartitionListener
 from applier.stream.progress import CheckpointState, SharedProgress, ddl_key
 from applier.stream.window import is_keyless
-
-
-def _pos(offset: int = 0, index: int = 0) -> Position:
-    return Position("topic", 0, offset, index)
-
-
-def keyed(ts: int, key: int, value: str = "v", table: str = "k", kind: RowKind = RowKind.INSERT) -> RowEvent:
-    image = {
-        "id": {"t": 3, "f": FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY, "v": key},
-        "val": {"t": 15, "f": FLAG_NULLABLE, "v": value},
-    }
-    if kind is RowKind.DELETE:
-        return RowEvent(ts, "db", table, kind, None, image, None, _pos())
-    return RowEvent(ts, "db", table, kind, image, None, None, _pos())
-
-
-def keyless(
-    ts: int, a: int, b: str = "x", table: str = "n", kind: RowKind = RowKind.INSERT, rid: int | None = None
-) -> RowEvent:
-    image = {"a": {"t": 3, "f": FLAG_NULLABLE, "v": a}, "b": {"t": 15, "f": FLAG_NULLABLE, "v": b}}
-    if kind is RowKind.DELETE:
-        return RowEvent(ts, "db", table, kind, None, image, None, _pos(), rid)
-    return RowEvent(ts, "db", table, kind, image, None, None, _pos(), rid)
-
-
-def resolved(ts: int) -> ResolvedEvent:
-    return ResolvedEvent(ts, _pos())
-
-
-def ddl(ts: int, query: str = "ALTER TABLE k ADD COLUMN c INT", table: str = "k") -> DDLEvent:
-    return DDLEvent(ts, "db", table, query, 5, _pos())
+from tests.builders import ddl_event, keyed_row, keyless_row, resolved_event
 
 
 def make(
@@ -85,11 +50,11 @@ def test_listener_starts_at_checkpoint_ts_and_takes_max_resolved() -> None:
     assert lst.resolved == 50
     assert lst.observed_resolved is None
     feed = Feeder(lst)
-    feed(resolved(40))  # below the checkpoint: still 50
+    feed(resolved_event(40))  # below the checkpoint: still 50
     assert lst.resolved == 50
-    feed(resolved(70))
+    feed(resolved_event(70))
     assert lst.resolved == 70
-    feed(resolved(60))  # older resolved after a replay: ignored
+    feed(resolved_event(60))  # older resolved after a replay: ignored
     assert lst.resolved == 70
     assert lst.stats.resolved_ignored == 1
 
@@ -100,7 +65,7 @@ def test_listener_starts_at_checkpoint_ts_and_takes_max_resolved() -> None:
 def test_rows_at_or_below_checkpoint_are_skipped() -> None:
     lst, _ = make(CheckpointState(applied_ts=100, table_ts={("db", "k"): 120}))
     feed = Feeder(lst)
-    feed(keyed(100, 1), keyed(101, 2, table="other"), keyed(120, 3), keyed(121, 4))
+    feed(keyed_row(100, 1), keyed_row(101, 2, table="other"), keyed_row(120, 3), keyed_row(121, 4))
     assert [(r.table, r.commit_ts) for r in cached(lst)] == [("other", 101), ("k", 121)]
     assert lst.stats.rows_skipped == 2
 
@@ -108,36 +73,36 @@ def test_rows_at_or_below_checkpoint_are_skipped() -> None:
 def test_row_at_or_below_partition_resolved_is_a_replay() -> None:
     lst, _ = make()
     feed = Feeder(lst)
-    feed(keyed(10, 1), keyed(20, 2))
-    feed(resolved(20))
-    feed(keyed(20, 2), keyed(10, 1))  # replays of rows already sent before resolved 20
+    feed(keyed_row(10, 1), keyed_row(20, 2))
+    feed(resolved_event(20))
+    feed(keyed_row(20, 2), keyed_row(10, 1))  # replays of rows already sent before resolved 20
     assert [r.commit_ts for r in cached(lst)] == [10, 20]
     assert lst.stats.rows_replayed == 2
-    feed(keyed(21, 3))
+    feed(keyed_row(21, 3))
     assert [r.commit_ts for r in cached(lst)] == [10, 20, 21]
 
 
 def test_keyed_identical_copy_at_max_ts_is_kept_and_harmless_by_design() -> None:
     lst, _ = make()
     feed = Feeder(lst)
-    feed(keyed(30, 1))
-    feed(keyed(30, 1))
+    feed(keyed_row(30, 1))
+    feed(keyed_row(30, 1))
     assert len(cached(lst)) == 2  # REPLACE by key twice == once; no counting for keyed tables
 
 
 def test_keyless_identical_rows_of_one_transaction_are_all_kept() -> None:
     lst, _ = make()
     feed = Feeder(lst)
-    feed(keyless(30, 1), keyless(30, 1))
-    feed(keyless(30, 1))  # third identical row of the same transaction, next record
+    feed(keyless_row(30, 1), keyless_row(30, 1))
+    feed(keyless_row(30, 1))  # third identical row of the same transaction, next record
     assert len(cached(lst)) == 3
 
 
 def test_is_keyless_looks_at_both_images() -> None:
-    assert is_keyless(keyless(1, 1))
-    assert is_keyless(keyless(1, 1, kind=RowKind.DELETE))
-    assert not is_keyless(keyed(1, 1))
-    assert not is_keyless(keyed(1, 1, kind=RowKind.DELETE))
+    assert is_keyless(keyless_row(1, 1))
+    assert is_keyless(keyless_row(1, 1, kind=RowKind.DELETE))
+    assert not is_keyless(keyed_row(1, 1))
+    assert not is_keyless(keyed_row(1, 1, kind=RowKind.DELETE))
 
 
 # ---------------------------------------------------------------------------- DDL
@@ -146,21 +111,21 @@ def test_is_keyless_looks_at_both_images() -> None:
 def test_ddls_sharing_a_commit_ts_are_distinct() -> None:
     lst, _ = make()
     feed = Feeder(lst)
-    feed(ddl(50, "RENAME TABLE a TO b", "a"))
-    feed(ddl(50, "RENAME TABLE c TO d", "c"))
+    feed(ddl_event(50, "RENAME TABLE a TO b", "a"))
+    feed(ddl_event(50, "RENAME TABLE c TO d", "c"))
     assert [d.query for d in lst.pending_ddls()] == ["RENAME TABLE a TO b", "RENAME TABLE c TO d"]
     assert lst.min_pending_ddl_ts() == 50
 
 
 def test_ddl_applied_per_checkpoint_is_dropped() -> None:
-    applied = ddl(50)
+    applied = ddl_event(50)
     lst, _ = make(CheckpointState(applied_ts=49, applied_ddls=frozenset({ddl_key(applied)})))
     feed = Feeder(lst)
-    feed(ddl(50))
-    feed(ddl(40, "DROP TABLE x"))  # at or below the applied ts
+    feed(ddl_event(50))
+    feed(ddl_event(40, "DROP TABLE x"))  # at or below the applied ts
     assert lst.pending_ddls() == []
     assert lst.stats.ddls_dropped == 2
-    feed(ddl(60, "DROP TABLE y"))
+    feed(ddl_event(60, "DROP TABLE y"))
     assert [d.commit_ts for d in lst.pending_ddls()] == [60]
 
 
@@ -170,10 +135,10 @@ def test_ddl_applied_per_checkpoint_is_dropped() -> None:
 def test_large_message_raises_with_position_and_leaves_state_untouched() -> None:
     lst, _ = make()
     feed = Feeder(lst)
-    feed(keyed(10, 1))
+    feed(keyed_row(10, 1))
     big = LargeMessageEvent(20, "db", "k", True, None, None, Position("topic", 0, 7, 2))
     with pytest.raises(LargeMessageNotConfigured) as err:
-        lst.feed(7, [keyed(15, 2), big])
+        lst.feed(7, [keyed_row(15, 2), big])
     assert err.value.position == Position("topic", 0, 7, 2)
     assert "offset 7" in str(err.value) and "ohk" in str(err.value)
     assert [r.commit_ts for r in cached(lst)] == [10]
@@ -182,17 +147,17 @@ def test_large_message_raises_with_position_and_leaves_state_untouched() -> None
 
 def test_offsets_must_increase() -> None:
     lst, _ = make()
-    lst.feed(5, [keyed(10, 1)])
+    lst.feed(5, [keyed_row(10, 1)])
     with pytest.raises(ValueError, match="offset order"):
-        lst.feed(5, [keyed(11, 1)])
+        lst.feed(5, [keyed_row(11, 1)])
 
 
 def test_cached_bytes_apportion_the_record_size_to_kept_rows() -> None:
     lst, progress = make()
     feed = Feeder(lst)
-    feed(keyed(10, 1), keyed(10, 2), keyed(20, 3), nbytes=301)  # 101 + 100 + 100
-    feed(resolved(5), nbytes=8)
-    feed(keyed(4, 9), keyed(30, 4), nbytes=50)  # the first one is a replay, not counted
+    feed(keyed_row(10, 1), keyed_row(10, 2), keyed_row(20, 3), nbytes=301)  # 101 + 100 + 100
+    feed(resolved_event(5), nbytes=8)
+    feed(keyed_row(4, 9), keyed_row(30, 4), nbytes=50)  # the first one is a replay, not counted
     assert lst.cached_bytes == 301 + 25
     assert lst.cached_rows == 4
     progress.applied_ts = 10
@@ -204,8 +169,8 @@ def test_cached_bytes_apportion_the_record_size_to_kept_rows() -> None:
 def test_rows_upto_orders_by_ts_then_arrival() -> None:
     lst, _ = make()
     feed = Feeder(lst)
-    feed(keyed(30, 1, table="a"), keyed(20, 2, table="b"))
-    feed(keyed(30, 3, table="c"), keyed(25, 4, table="b"))
+    feed(keyed_row(30, 1, table="a"), keyed_row(20, 2, table="b"))
+    feed(keyed_row(30, 3, table="c"), keyed_row(25, 4, table="b"))
     assert [(r.commit_ts, r.new["id"]["v"]) for r in lst.rows_upto(29)] == [(20, 2), (25, 4)]
     assert [(r.commit_ts, r.new["id"]["v"]) for r in lst.rows_upto(30)] == [
         (20, 2),
@@ -222,10 +187,10 @@ def test_rows_upto_orders_by_ts_then_arrival() -> None:
 def test_resume_offset_start_then_next_record() -> None:
     lst, _ = make(start=100)
     assert lst.resume_offset() == 100
-    lst.feed(100, [keyed(5, 1)])  # cached: above the applied ts 0
+    lst.feed(100, [keyed_row(5, 1)])  # cached: above the applied ts 0
     assert lst.resume_offset() == 100
-    lst.feed(101, [resolved(3)])
-    lst.feed(102, [resolved(6)])
+    lst.feed(101, [resolved_event(3)])
+    lst.feed(102, [resolved_event(6)])
     assert lst.resume_offset() == 100
     # Row 5 applied: nothing left to apply; the record after the last is 103, but the resolved
     # record that set the replay-detection horizon (6, at 102) is re-read too.
@@ -237,10 +202,10 @@ def test_resume_offset_start_then_next_record() -> None:
 def test_discard_applied_drops_rows_and_the_applied_ddl() -> None:
     lst, progress = make()
     feed = Feeder(lst)
-    feed(keyed(10, 1), keyed(20, 2))
-    feed(ddl(30))
+    feed(keyed_row(10, 1), keyed_row(20, 2))
+    feed(ddl_event(30))
     progress.applied_ts = 29
-    lst.discard_applied(ddl_key(ddl(30)))
+    lst.discard_applied(ddl_key(ddl_event(30)))
     assert cached(lst) == []
     assert lst.pending_ddls() == []
     assert lst.cached_rows == 0 and lst.cached_bytes == 0
@@ -272,10 +237,10 @@ def test_older_first_copies_of_a_table_after_newer_rows_are_kept_in_ts_order() -
     every row above the partition's resolved ts is kept and handed out in commit-ts order."""
     lst, _ = make()
     feed = Feeder(lst)
-    feed(resolved(10))
-    feed(keyed(30, 1, "b"))  # B
-    feed(keyed(20, 1, "a"), keyed(25, 2))  # A, older, arrives later: a first copy, not a replay
-    feed(keyed(30, 1, "b"))  # B again
+    feed(resolved_event(10))
+    feed(keyed_row(30, 1, "b"))  # B
+    feed(keyed_row(20, 1, "a"), keyed_row(25, 2))  # A, older, arrives later: a first copy, not a replay
+    feed(keyed_row(30, 1, "b"))  # B again
     assert [(r.commit_ts, r.new["val"]["v"]) for r in cached(lst)] == [
         (20, "a"),
         (25, "v"),
@@ -290,12 +255,12 @@ def test_a_ddl_says_nothing_about_rows_of_other_tables() -> None:
     below D may follow it on the partition, and they are first copies."""
     lst, _ = make()
     feed = Feeder(lst)
-    feed(ddl(50))
+    feed(ddl_event(50))
     assert lst.resolved == 0 and lst.observed_resolved is None
-    feed(keyed(40, 1, table="other"))
+    feed(keyed_row(40, 1, table="other"))
     assert [r.commit_ts for r in cached(lst)] == [40]
-    feed(ddl(50))  # a replayed broadcast copy
-    feed(ddl(45, "CREATE TABLE z (id INT PRIMARY KEY)", "z"))  # DDLs out of ts order
+    feed(ddl_event(50))  # a replayed broadcast copy
+    feed(ddl_event(45, "CREATE TABLE z (id INT PRIMARY KEY)", "z"))  # DDLs out of ts order
     assert [d.commit_ts for d in lst.pending_ddls()] == [50, 45]
     assert lst.min_pending_ddl_ts() == 45
 
@@ -303,11 +268,13 @@ def test_a_ddl_says_nothing_about_rows_of_other_tables() -> None:
 def test_keyless_copies_with_rid_are_dropped_exactly() -> None:
     lst, _ = make()
     feed = Feeder(lst)
-    feed(resolved(10))
-    feed(keyless(30, 1, rid=1), keyless(30, 1, rid=2))  # two identical rows of one transaction
-    feed(keyless(30, 1, rid=2))  # replayed copy of the second (partial first copies)
-    feed(keyless(30, 1, rid=1), keyless(30, 1, rid=2), keyless(30, 1, rid=3))  # replay + a new row
-    feed(keyless(30, 1, rid=1, kind=RowKind.DELETE))  # same rid, other kind: another version
+    feed(resolved_event(10))
+    feed(keyless_row(30, 1, rid=1), keyless_row(30, 1, rid=2))  # two identical rows of one transaction
+    feed(keyless_row(30, 1, rid=2))  # replayed copy of the second (partial first copies)
+    feed(
+        keyless_row(30, 1, rid=1), keyless_row(30, 1, rid=2), keyless_row(30, 1, rid=3)
+    )  # replay + a new row
+    feed(keyless_row(30, 1, rid=1, kind=RowKind.DELETE))  # same rid, other kind: another version
     assert sorted((r.row_id, r.kind) for r in cached(lst)) == [
         (1, RowKind.INSERT),
         (1, RowKind.DELETE),
@@ -324,14 +291,14 @@ def test_keyless_versions_are_shared_by_the_partitions_and_forgotten_once_applie
     versions = KeylessVersions()
     p0 = PartitionListener(0, progress, 0, versions)
     p1 = PartitionListener(1, progress, 0, versions)
-    p0.feed(0, [keyless(30, 1, rid=7)])
-    p1.feed(0, [keyless(30, 1, rid=7)])  # the key moved partitions (partition count grew)
+    p0.feed(0, [keyless_row(30, 1, rid=7)])
+    p1.feed(0, [keyless_row(30, 1, rid=7)])  # the key moved partitions (partition count grew)
     assert len(cached(p0)) == 1 and cached(p1) == []
     progress.applied_ts = 30
     p0.discard_applied()
     p1.discard_applied()
-    p1.feed(1, [keyless(30, 1, rid=7)])  # at or below the applied ts: rule 1
-    p1.feed(2, [keyless(31, 1, rid=7)])
+    p1.feed(1, [keyless_row(30, 1, rid=7)])  # at or below the applied ts: rule 1
+    p1.feed(2, [keyless_row(31, 1, rid=7)])
     assert [r.commit_ts for r in cached(p1)] == [31]
 
 
@@ -340,9 +307,9 @@ def test_keyless_without_rid_drops_only_byte_identical_records_and_warns_once() 
 
     lst, _ = make()
     with capture_logs() as logs:
-        lst.feed(0, [keyless(30, 1), keyless(30, 1)], raw=(b"k", b"v1"))
-        lst.feed(1, [keyless(30, 1)], raw=(b"k", b"v2"))  # another record: a third identical row
-        lst.feed(2, [keyless(30, 1), keyless(30, 1)], raw=(b"k", b"v1"))  # the same bytes again
+        lst.feed(0, [keyless_row(30, 1), keyless_row(30, 1)], raw=(b"k", b"v1"))
+        lst.feed(1, [keyless_row(30, 1)], raw=(b"k", b"v2"))  # another record: a third identical row
+        lst.feed(2, [keyless_row(30, 1), keyless_row(30, 1)], raw=(b"k", b"v1"))  # the same bytes again
     assert len(cached(lst)) == 3
     warnings = [e for e in logs if e["log_level"] == "warning"]
     assert len(warnings) == 1 and warnings[0]["table"] == "n"
@@ -350,8 +317,8 @@ def test_keyless_without_rid_drops_only_byte_identical_records_and_warns_once() 
 
 def test_keyed_rows_never_take_the_keyless_path() -> None:
     lst, _ = make()
-    lst.feed(0, [keyed(30, 1)], raw=(b"k", b"v"))
-    lst.feed(1, [keyed(30, 1)], raw=(b"k", b"v"))
+    lst.feed(0, [keyed_row(30, 1)], raw=(b"k", b"v"))
+    lst.feed(1, [keyed_row(30, 1)], raw=(b"k", b"v"))
     assert len(cached(lst)) == 2
 
 
@@ -360,12 +327,12 @@ def test_keyed_rows_never_take_the_keyless_path() -> None:
 
 def test_resume_offset_is_the_oldest_unapplied_record_moved_back_to_its_resolved() -> None:
     lst, progress = make(start=0)
-    lst.feed(0, [keyed(10, 1)])
-    lst.feed(1, [resolved(10)])
-    lst.feed(2, [keyed(30, 2)])
-    lst.feed(3, [keyed(20, 3, table="b")])  # older first copy of another table
-    lst.feed(4, [resolved(30)])
-    lst.feed(5, [ddl(40)])
+    lst.feed(0, [keyed_row(10, 1)])
+    lst.feed(1, [resolved_event(10)])
+    lst.feed(2, [keyed_row(30, 2)])
+    lst.feed(3, [keyed_row(20, 3, table="b")])  # older first copy of another table
+    lst.feed(4, [resolved_event(30)])
+    lst.feed(5, [ddl_event(40)])
     assert lst.resume_offset() == 0
     # oldest unapplied is row 30 at 2 (row 20 at 3 is applied); resolved 10 in force there is
     # at or below the applied ts: no need to go back
@@ -374,7 +341,7 @@ def test_resume_offset_is_the_oldest_unapplied_record_moved_back_to_its_resolved
     # only the DDL at 5 is left; resolved 30 in force there is not above the applied ts
     assert lst.resume_offset(after_applied_ts=30) == 5
     # the DDL and every row applied: the next record
-    assert lst.resume_offset(after_applied_ts=39, excluding_ddl=ddl_key(ddl(40))) == 6
+    assert lst.resume_offset(after_applied_ts=39, excluding_ddl=ddl_key(ddl_event(40))) == 6
     progress.applied_ts = 10
     lst.discard_applied()
     assert lst.resume_offset() == 2
@@ -384,11 +351,11 @@ def test_a_restart_at_the_resume_offset_drops_the_same_copies() -> None:
     """Rows at or below a resolved ts read before the oldest unapplied record are copies; the
     restarted listener must read that resolved ts again to drop them too."""
     records = [
-        [resolved(25)],
-        [keyless(30, 1)],
-        [keyless(20, 1)],  # a copy (<= 25): dropped by rule 2
-        [keyless(40, 2)],
-        [resolved(35)],
+        [resolved_event(25)],
+        [keyless_row(30, 1)],
+        [keyless_row(20, 1)],  # a copy (<= 25): dropped by rule 2
+        [keyless_row(40, 2)],
+        [resolved_event(35)],
     ]
     first, progress = make(CheckpointState(applied_ts=0), start=0)
     for off, evs in enumerate(records):

@@ -5,15 +5,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from applier.codec.events import (
-    FLAG_HANDLE_KEY,
-    FLAG_PRIMARY_KEY,
-    FLAG_UNIQUE_KEY,
     Position,
     ResolvedEvent,
     RowEvent,
@@ -22,29 +18,9 @@ from applier.codec.events import (
 from applier.stream.barrier import Barrier
 from applier.stream.spill import GroupPart, SpillDir, StreamedRows, pack_row, unpack_row
 from sqlgen import plan_window, split_phases
+from tests.builders import PK, keyed_image, keyless_image, row_event
 
-PK = FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY
 INS, UPD, DEL = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
-_offsets = iter(range(10**9))
-
-
-def keyed(id_: Any, u: Any = None, v: Any = None) -> dict:
-    """Image of table t (id INT PK, u VARCHAR UNIQUE, v VARCHAR)."""
-    return {
-        "id": {"t": 3, "f": PK, "v": id_},
-        "u": {"t": 15, "f": FLAG_UNIQUE_KEY, "v": u},
-        "v": {"t": 15, "f": 0, "v": v},
-    }
-
-
-def keyless(a: Any, b: Any = None) -> dict:
-    return {"a": {"t": 3, "f": 0, "v": a}, "b": {"t": 15, "f": 0, "v": b}}
-
-
-def ev(
-    kind: RowKind, ts: int, new: dict | None = None, old: dict | None = None, table: str = "t"
-) -> RowEvent:
-    return RowEvent(ts, "s", table, kind, new, old, None, Position("topic", 0, next(_offsets), 0))
 
 
 def test_a_row_survives_packing_with_every_kind_of_value() -> None:
@@ -60,31 +36,31 @@ def test_a_row_survives_packing_with_every_kind_of_value() -> None:
 
 
 def test_split_phases_sends_deletes_and_changed_keys_to_the_delete_phase() -> None:
-    delete = ev(DEL, 1, old=keyed(1, "a"))
-    insert = ev(INS, 1, new=keyed(1, "a"))
-    same_key = ev(UPD, 1, new=keyed(1, "b"), old=keyed(1, "a"))
+    delete = row_event(DEL, 1, old=keyed_image(1, "a"))
+    insert = row_event(INS, 1, new=keyed_image(1, "a"))
+    same_key = row_event(UPD, 1, new=keyed_image(1, "b"), old=keyed_image(1, "a"))
     assert split_phases(delete) == (delete, None)
     assert split_phases(insert) == (None, insert)
     assert split_phases(same_key) == (None, same_key)
-    without_old = ev(UPD, 1, new=keyed(1, "b"))
+    without_old = row_event(UPD, 1, new=keyed_image(1, "b"))
     assert split_phases(without_old) == (None, without_old)
     # A key change in one event (TiCDC splits them, but be safe): delete old key, upsert new one.
-    d, u = split_phases(ev(UPD, 1, new=keyed(2, "b", "x"), old=keyed(1, "a", "x")))
+    d, u = split_phases(row_event(UPD, 1, new=keyed_image(2, "b", "x"), old=keyed_image(1, "a", "x")))
     assert d is not None and d.kind is DEL and d.old is not None and d.old["id"]["v"] == 1
     assert u is not None and u.kind is INS and u.new is not None and u.new["id"]["v"] == 2
     # only-output-updated-columns: the old image lacks unchanged columns; they come from the new one.
-    partial_old = {"id": keyed(1)["id"]}
-    d, _u = split_phases(ev(UPD, 1, new=keyed(2, "b", "x"), old=partial_old))
+    partial_old = {"id": keyed_image(1)["id"]}
+    d, _u = split_phases(row_event(UPD, 1, new=keyed_image(2, "b", "x"), old=partial_old))
     assert d is not None and d.old is not None and d.old["id"]["v"] == 1 and d.old["u"]["v"] == "b"
     # Keyless: delete the old row, insert the new one.
-    d, u = split_phases(ev(UPD, 1, new=keyless(2), old=keyless(1), table="n"))
+    d, u = split_phases(row_event(UPD, 1, new=keyless_image(2), old=keyless_image(1), table="n"))
     assert d is not None and d.kind is DEL and u is not None and u.kind is INS
 
 
 def test_spill_files_keep_arrival_order_per_phase_and_are_removed(tmp_path: Path) -> None:
     files = SpillDir(tmp_path, "cf").open().files(0, 5)
-    rows = [ev(INS, 5, new=keyed(i, str(i))) for i in range(2500)]
-    rows += [ev(DEL, 5, old=keyed(i, str(i))) for i in range(10)]
+    rows = [row_event(INS, 5, new=keyed_image(i, str(i))) for i in range(2500)]
+    rows += [row_event(DEL, 5, old=keyed_image(i, str(i))) for i in range(10)]
     files.append(rows[:1200])
     files.append(rows[1200:])
     assert files.rows == len(rows)
@@ -96,7 +72,7 @@ def test_spill_files_keep_arrival_order_per_phase_and_are_removed(tmp_path: Path
 
 def test_opening_the_spill_directory_removes_what_an_earlier_run_left(tmp_path: Path) -> None:
     first = SpillDir(tmp_path, "orders/cf").open()
-    first.files(1, 9).append([ev(INS, 9, new=keyed(1))])
+    first.files(1, 9).append([row_event(INS, 9, new=keyed_image(1))])
     assert list(first.path.iterdir())
     again = SpillDir(tmp_path, "orders/cf").open()
     assert again.path == first.path and list(again.path.iterdir()) == []
@@ -105,17 +81,17 @@ def test_opening_the_spill_directory_removes_what_an_earlier_run_left(tmp_path: 
 
 def test_chunks_keep_small_commit_ts_whole_and_cut_a_large_one_deletes_first(tmp_path: Path) -> None:
     spill = SpillDir(tmp_path, "cf").open()
-    small = [ev(INS, 1, new=keyed(i)) for i in range(3)]
-    big_ins = [ev(INS, 2, new=keyed(100 + i)) for i in range(7)]
-    big_del = [ev(DEL, 2, old=keyed(i)) for i in range(3)]
+    small = [row_event(INS, 1, new=keyed_image(i)) for i in range(3)]
+    big_ins = [row_event(INS, 2, new=keyed_image(100 + i)) for i in range(7)]
+    big_del = [row_event(DEL, 2, old=keyed_image(i)) for i in range(3)]
     files = spill.files(0, 2)
     files.append(big_ins[:4] + big_del[:2])
     parts = (
         GroupPart(1, 0, None, small),
         GroupPart(2, 0, files, big_ins[4:]),
         GroupPart(2, 1, None, big_del[2:]),
-        GroupPart(3, 0, None, [ev(INS, 3, new=keyed(7))]),
-        GroupPart(4, 1, None, [ev(INS, 4, new=keyed(8))]),
+        GroupPart(3, 0, None, [row_event(INS, 3, new=keyed_image(7))]),
+        GroupPart(4, 1, None, [row_event(INS, 4, new=keyed_image(8))]),
     )
     streamed = StreamedRows(parts)
     assert streamed.count == 15
@@ -194,19 +170,19 @@ def _workload(rnd: random.Random, ts: int, ops: int, rows: dict, bag: Counter) -
         old, new = before.get(rid), rows.get(rid)
         if old == new:
             continue
-        o = keyed(old[0], str(old[1]), old[2]) if old else None
-        n = keyed(new[0], str(new[1]), new[2]) if new else None
+        o = keyed_image(old[0], str(old[1]), old[2]) if old else None
+        n = keyed_image(new[0], str(new[1]), new[2]) if new else None
         if old and new and (old[0] == new[0] or rnd.random() < 0.3):
-            out.append(ev(UPD, ts, n, o))
+            out.append(row_event(UPD, ts, n, o))
         else:
             if old:
-                out.append(ev(DEL, ts, old=o))
+                out.append(row_event(DEL, ts, old=o))
             if new:
-                out.append(ev(INS, ts, new=n))
+                out.append(row_event(INS, ts, new=n))
     for key in set(bag_before) | set(bag):
         diff = bag[key] - bag_before[key]
-        kind, image = (INS, {"new": keyless(*key)}) if diff > 0 else (DEL, {"old": keyless(*key)})
-        out += [ev(kind, ts, table="n", **image) for _ in range(abs(diff))]
+        kind, image = (INS, {"new": keyless_image(*key)}) if diff > 0 else (DEL, {"old": keyless_image(*key)})
+        out += [row_event(kind, ts, table="n", **image) for _ in range(abs(diff))]
     rnd.shuffle(out)  # any arrival order; TiCDC orders deletes first, but partitions interleave
     return out
 
@@ -257,10 +233,12 @@ def test_the_barrier_spills_the_biggest_waiting_commit_ts_and_applies_it_streame
     spill = SpillDir(tmp_path, "cf").open()
     barrier = Barrier([0, 1], spill=spill)
     huge = 50
-    _feed(barrier, 0, 0, [ev(INS, 10, new=keyed(1)), ResolvedEvent(10, Position("topic", 0, 0, 1))])
+    _feed(
+        barrier, 0, 0, [row_event(INS, 10, new=keyed_image(1)), ResolvedEvent(10, Position("topic", 0, 0, 1))]
+    )
     _feed(barrier, 1, 0, [ResolvedEvent(10, Position("topic", 1, 0, 0))])
-    _feed(barrier, 0, 1, [ev(INS, huge, new=keyed(i)) for i in range(100, 140)])
-    _feed(barrier, 1, 1, [ev(INS, huge, new=keyed(i)) for i in range(200, 230)])
+    _feed(barrier, 0, 1, [row_event(INS, huge, new=keyed_image(i)) for i in range(100, 140)])
+    _feed(barrier, 1, 1, [row_event(INS, huge, new=keyed_image(i)) for i in range(200, 230)])
     resume_before = barrier.resume_offsets()
     assert barrier.spill_over(100_000) == 0  # under the bound: nothing moves
     moved = barrier.spill_over(20_000)
@@ -272,7 +250,12 @@ def test_the_barrier_spills_the_biggest_waiting_commit_ts_and_applies_it_streame
     # Back-pressure counts spilled rows: the partitions ahead stay paused while the disk holds them.
     _feed(barrier, 1, 2, [ResolvedEvent(huge, Position("topic", 1, 2, 0))])
     assert barrier.partitions_to_pause(20_000) == {1}
-    _feed(barrier, 0, 2, [ev(INS, huge, new=keyed(99)), ResolvedEvent(huge, Position("topic", 0, 2, 1))])
+    _feed(
+        barrier,
+        0,
+        2,
+        [row_event(INS, huge, new=keyed_image(99)), ResolvedEvent(huge, Position("topic", 0, 2, 1))],
+    )
     first = barrier.next_window(max_rows=10)
     assert first is not None and first.streamed is None and first.target_ts == 10
     barrier.mark_applied(first)
@@ -289,5 +272,5 @@ def test_the_barrier_spills_the_biggest_waiting_commit_ts_and_applies_it_streame
 
 def test_without_a_spill_directory_nothing_is_spilled() -> None:
     barrier = Barrier([0])
-    _feed(barrier, 0, 0, [ev(INS, 5, new=keyed(i)) for i in range(10)])
+    _feed(barrier, 0, 0, [row_event(INS, 5, new=keyed_image(i)) for i in range(10)])
     assert barrier.spill_over(1) == 0 and barrier.total_cached_rows() == 10

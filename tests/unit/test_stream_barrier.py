@@ -24,35 +24,7 @@ from applier.codec.events import (
 from applier.stream.barrier import Barrier, StaleWindowError
 from applier.stream.progress import CheckpointState, ddl_key
 from applier.stream.window import Window, is_keyless
-
-
-def _pos(partition: int = 0) -> Position:
-    return Position("topic", partition, 0, 0)
-
-
-def keyed(ts: int, key: int, value: str = "v", table: str = "k", kind: RowKind = RowKind.INSERT) -> RowEvent:
-    image = {
-        "id": {"t": 3, "f": FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY, "v": key},
-        "val": {"t": 15, "f": FLAG_NULLABLE, "v": value},
-    }
-    if kind is RowKind.DELETE:
-        return RowEvent(ts, "db", table, kind, None, image, None, _pos())
-    return RowEvent(ts, "db", table, kind, image, None, None, _pos())
-
-
-def keyless(ts: int, a: int, b: str = "x", table: str = "n", kind: RowKind = RowKind.INSERT) -> RowEvent:
-    image = {"a": {"t": 3, "f": FLAG_NULLABLE, "v": a}, "b": {"t": 15, "f": FLAG_NULLABLE, "v": b}}
-    if kind is RowKind.DELETE:
-        return RowEvent(ts, "db", table, kind, None, image, None, _pos())
-    return RowEvent(ts, "db", table, kind, image, None, None, _pos())
-
-
-def resolved(ts: int) -> ResolvedEvent:
-    return ResolvedEvent(ts, _pos())
-
-
-def ddl(ts: int, query: str = "ALTER TABLE k ADD COLUMN c INT", table: str = "k") -> DDLEvent:
-    return DDLEvent(ts, "db", table, query, 5, _pos())
+from tests.builders import ddl_event, keyed_row, keyless_row, position, resolved_event
 
 
 class Feeds:
@@ -92,11 +64,11 @@ def test_global_resolved_is_the_minimum_over_all_partitions() -> None:
     b = Barrier([0, 1, 2], CheckpointState(applied_ts=5))
     f = Feeds(b)
     assert b.global_resolved() == 5
-    f(0, resolved(30))
-    f(1, resolved(20))
+    f(0, resolved_event(30))
+    f(1, resolved_event(20))
     assert b.global_resolved() == 5  # partition 2 has said nothing yet
     assert b.holding_back() == 2
-    f(2, resolved(40))
+    f(2, resolved_event(40))
     assert b.global_resolved() == 20
     assert b.holding_back() == 1
 
@@ -104,11 +76,11 @@ def test_global_resolved_is_the_minimum_over_all_partitions() -> None:
 def test_window_holds_only_rows_at_or_below_global_resolved() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
-    f(0, keyed(10, 1), keyed(25, 2))
-    f(1, keyed(15, 3), keyed(30, 4))
-    f(0, resolved(28))
+    f(0, keyed_row(10, 1), keyed_row(25, 2))
+    f(1, keyed_row(15, 3), keyed_row(30, 4))
+    f(0, resolved_event(28))
     assert b.next_window() is None  # partition 1 has no resolved yet
-    f(1, resolved(20))
+    f(1, resolved_event(20))
     w = b.next_window()
     assert w is not None
     assert w.target_ts == 20 and w.base_ts == 0
@@ -119,7 +91,7 @@ def test_window_holds_only_rows_at_or_below_global_resolved() -> None:
     b.mark_applied(w)
     assert b.applied_ts == 20
     assert b.next_window() is None
-    f(1, resolved(35))
+    f(1, resolved_event(35))
     w = b.next_window()
     assert w is not None and w.target_ts == 28 and ids(w) == [(25, 2)]
 
@@ -127,8 +99,8 @@ def test_window_holds_only_rows_at_or_below_global_resolved() -> None:
 def test_next_window_does_not_change_state_until_marked_applied() -> None:
     b = Barrier([0])
     f = Feeds(b)
-    f(0, keyed(10, 1), nbytes=100)
-    f(0, resolved(10))
+    f(0, keyed_row(10, 1), nbytes=100)
+    f(0, resolved_event(10))
     first = b.next_window()
     again = b.next_window()
     assert first == again
@@ -142,13 +114,13 @@ def test_next_window_does_not_change_state_until_marked_applied() -> None:
 
 def test_empty_window_moves_the_applied_ts_and_the_resume_offsets() -> None:
     b = Barrier([0], CheckpointState(offsets={0: 7}))
-    b.listener(0).feed(7, [resolved(10)])
+    b.listener(0).feed(7, [resolved_event(10)])
     w = b.next_window()
     assert w is not None and w.is_empty and w.target_ts == 10
     assert w.resume_offsets == {0: 8}
     assert b.listener(0).resume_offset(after_applied_ts=9) == 7  # resolved 10 still above: re-read it
     b.mark_applied(w)
-    b.listener(0).feed(8, [resolved(12)])
+    b.listener(0).feed(8, [resolved_event(12)])
     w = b.next_window()
     assert w is not None and w.resume_offsets == {0: 9}
 
@@ -156,9 +128,9 @@ def test_empty_window_moves_the_applied_ts_and_the_resume_offsets() -> None:
 def test_rows_come_back_in_ts_order_per_partition_and_partitions_concatenated() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
-    f(1, keyed(12, 1, table="a"), keyed(11, 2, table="b"))
-    f(0, keyed(14, 3, table="a"), keyed(13, 4, table="b"))
-    f.broadcast(resolved(20))
+    f(1, keyed_row(12, 1, table="a"), keyed_row(11, 2, table="b"))
+    f(0, keyed_row(14, 3, table="a"), keyed_row(13, 4, table="b"))
+    f.broadcast(resolved_event(20))
     w = b.next_window()
     assert [r.commit_ts for r in w.rows] == [13, 14, 11, 12]
 
@@ -169,21 +141,21 @@ def test_rows_come_back_in_ts_order_per_partition_and_partitions_concatenated() 
 def test_ddl_waits_for_the_watermark_then_rows_before_ddl_rows_after() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
-    f(0, keyed(10, 1))
-    f(0, ddl(50))
-    f(0, keyed(60, 2))
-    f(0, resolved(70))
-    f(1, keyed(20, 3))
-    f(1, resolved(40))
+    f(0, keyed_row(10, 1))
+    f(0, ddl_event(50))
+    f(0, keyed_row(60, 2))
+    f(0, resolved_event(70))
+    f(1, keyed_row(20, 3))
+    f(1, resolved_event(40))
     # The watermark (40) has not reached the DDL: rows up to 40 only.
     w = b.next_window()
     assert w.target_ts == 40 and ids(w) == [(10, 1), (20, 3)]
     b.mark_applied(w)
-    f(1, keyed(45, 4))
+    f(1, keyed_row(45, 4))
     assert b.next_window() is None  # 45 not resolved on partition 1 yet
-    f(1, ddl(50))
-    f(1, keyed(55, 5))
-    f(1, resolved(70))
+    f(1, ddl_event(50))
+    f(1, keyed_row(55, 5))
+    f(1, resolved_event(70))
     steps = drain(b)
     assert [(w.target_ts, w.ddl is not None, ids(w)) for w in steps] == [
         (49, False, [(45, 4)]),
@@ -197,10 +169,10 @@ def test_ddl_waits_for_the_watermark_then_rows_before_ddl_rows_after() -> None:
 def test_rows_after_a_pending_ddl_wait_even_when_resolved_is_past_it() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
-    f(0, ddl(50))
-    f(0, keyed(60, 1))
-    f(0, resolved(80))
-    f(1, resolved(80))  # partition 1 reached 50 without the DDL (a resolved past it counts)
+    f(0, ddl_event(50))
+    f(0, keyed_row(60, 1))
+    f(0, resolved_event(80))
+    f(1, resolved_event(80))  # partition 1 reached 50 without the DDL (a resolved past it counts)
     steps = drain(b)
     assert [(w.target_ts, w.ddl is not None, ids(w)) for w in steps] == [
         (49, True, []),
@@ -211,25 +183,25 @@ def test_rows_after_a_pending_ddl_wait_even_when_resolved_is_past_it() -> None:
 def test_ddl_broadcast_to_all_partitions_runs_once() -> None:
     b = Barrier([0, 1, 2])
     f = Feeds(b)
-    f.broadcast(ddl(50))
-    f(0, ddl(50))  # a replayed copy as well
+    f.broadcast(ddl_event(50))
+    f(0, ddl_event(50))  # a replayed copy as well
     assert drain(b) == []  # not before the watermark reaches it
-    f.broadcast(resolved(50))
+    f.broadcast(resolved_event(50))
     steps = drain(b)
     assert [w.ddl is not None for w in steps] == [True, False]
     assert b.applied_ts == 50
-    f(1, ddl(50))  # replayed after it ran
+    f(1, ddl_event(50))  # replayed after it ran
     assert drain(b) == []
     assert all(lst.pending_ddls() == [] for lst in b.listeners.values())
 
 
 def test_ddl_applied_per_checkpoint_is_skipped() -> None:
-    done = ddl(50)
+    done = ddl_event(50)
     b = Barrier([0, 1], CheckpointState(applied_ts=49, applied_ddls=frozenset({ddl_key(done)})))
     f = Feeds(b)
-    f.broadcast(ddl(50))
-    f(0, keyed(55, 1))
-    f.broadcast(resolved(60))
+    f.broadcast(ddl_event(50))
+    f(0, keyed_row(55, 1))
+    f.broadcast(resolved_event(60))
     steps = drain(b)
     assert [(w.ddl is not None, ids(w)) for w in steps] == [(False, [(55, 1)])]
 
@@ -238,9 +210,9 @@ def test_ddls_sharing_a_commit_ts_run_in_arrival_order() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
     for p in (0, 1):
-        f(p, ddl(50, "RENAME TABLE a TO b", "a"))
-        f(p, ddl(50, "RENAME TABLE c TO d", "c"))
-    f.broadcast(resolved(50))
+        f(p, ddl_event(50, "RENAME TABLE a TO b", "a"))
+        f(p, ddl_event(50, "RENAME TABLE c TO d", "c"))
+    f.broadcast(resolved_event(50))
     steps = drain(b)
     assert [w.ddl.query for w in steps if w.ddl] == ["RENAME TABLE a TO b", "RENAME TABLE c TO d"]
     assert [w.target_ts for w in steps] == [49, 49, 50]
@@ -249,13 +221,13 @@ def test_ddls_sharing_a_commit_ts_run_in_arrival_order() -> None:
 def test_resume_offsets_keep_unapplied_ddl_and_rows() -> None:
     b = Barrier([0, 1], CheckpointState(offsets={0: 0, 1: 0}))
     f = Feeds(b)
-    f(0, resolved(5))  # 0
-    f(0, keyed(10, 1))  # 1
-    f(0, ddl(50))  # 2
-    f(1, resolved(5))  # 0
-    f(1, keyed(20, 2))  # 1
-    f(1, resolved(30))  # 2
-    f(0, resolved(30))  # 3
+    f(0, resolved_event(5))  # 0
+    f(0, keyed_row(10, 1))  # 1
+    f(0, ddl_event(50))  # 2
+    f(1, resolved_event(5))  # 0
+    f(1, keyed_row(20, 2))  # 1
+    f(1, resolved_event(30))  # 2
+    f(0, resolved_event(30))  # 3
     w = b.next_window()
     assert w.target_ts == 30
     # p0: the DDL at 2 is still to run (resolved 5 in force there is applied) -> 2;
@@ -263,16 +235,16 @@ def test_resume_offsets_keep_unapplied_ddl_and_rows() -> None:
     assert w.resume_offsets == {0: 2, 1: 3}
     b.mark_applied(w)
     assert b.resume_offsets() == w.resume_offsets
-    f(1, ddl(50))  # 3
+    f(1, ddl_event(50))  # 3
     assert b.next_window() is None  # the watermark is below the DDL
-    f.broadcast(resolved(60))  # 4, 4
+    f.broadcast(resolved_event(60))  # 4, 4
     w = b.next_window()
     assert w.ddl is not None
     # nothing left but rows <= 60 are not applied yet: re-read resolved 60 (above 49)
     assert w.resume_offsets == {0: 4, 1: 4}
     b.mark_applied(w)
     state = b.checkpoint_state()
-    assert state == CheckpointState(49, {}, frozenset({ddl_key(ddl(50))}), {0: 4, 1: 4})
+    assert state == CheckpointState(49, {}, frozenset({ddl_key(ddl_event(50))}), {0: 4, 1: 4})
     w = b.next_window()
     assert w.is_empty and w.target_ts == 60 and w.resume_offsets == {0: 5, 1: 5}
 
@@ -282,10 +254,10 @@ def test_rows_of_other_tables_below_a_ddl_that_arrive_after_it_are_applied_befor
     DDL's ts may follow the DDL on a partition (docs/open-protocol.md §5.4)."""
     b = Barrier([0, 1])
     f = Feeds(b)
-    f.broadcast(ddl(50))
-    f(0, keyed(45, 1, table="o"))
-    f(1, keyed(48, 2, table="o"))
-    f.broadcast(resolved(60))
+    f.broadcast(ddl_event(50))
+    f(0, keyed_row(45, 1, table="o"))
+    f(1, keyed_row(48, 2, table="o"))
+    f.broadcast(resolved_event(60))
     steps = drain(b)
     assert [(w.target_ts, w.ddl is not None, ids(w)) for w in steps] == [
         (49, False, [(45, 1), (48, 2)]),
@@ -297,10 +269,10 @@ def test_rows_of_other_tables_below_a_ddl_that_arrive_after_it_are_applied_befor
 def test_ddls_arriving_out_of_ts_order_run_in_ts_order() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
-    f.broadcast(ddl(60, "CREATE TABLE z (id INT PRIMARY KEY)", "z"))  # written at once
-    f.broadcast(ddl(50))  # waited for table k's rows
-    f(0, keyed(55, 1))
-    f.broadcast(resolved(70))
+    f.broadcast(ddl_event(60, "CREATE TABLE z (id INT PRIMARY KEY)", "z"))  # written at once
+    f.broadcast(ddl_event(50))  # waited for table k's rows
+    f(0, keyed_row(55, 1))
+    f.broadcast(resolved_event(70))
     steps = drain(b)
     assert [(w.target_ts, w.ddl.commit_ts if w.ddl else None, ids(w)) for w in steps] == [
         (49, 50, []),
@@ -313,18 +285,18 @@ def test_ddls_arriving_out_of_ts_order_run_in_ts_order() -> None:
 def test_an_empty_partition_does_not_hold_the_watermark_until_it_delivers() -> None:
     b = Barrier([0, 1, 2])
     f = Feeds(b)
-    f(0, keyed(10, 1))
-    f(0, resolved(20))
-    f(1, resolved(30))
+    f(0, keyed_row(10, 1))
+    f(0, resolved_event(20))
+    f(1, resolved_event(30))
     assert b.global_resolved() == 0
     b.set_empty(2, True)  # read to its end: it never held a record
     assert b.global_resolved() == 20 and b.holding_back() == 0
     drain(b)
     assert b.applied_ts == 20
     b.set_empty(2, False)  # its first record is coming
-    f(2, keyed(25, 2))
+    f(2, keyed_row(25, 2))
     assert b.global_resolved() == 20 and b.next_window() is None
-    f.broadcast(resolved(40))
+    f.broadcast(resolved_event(40))
     assert ids(drain(b)[0]) == [(25, 2)]
 
 
@@ -334,30 +306,30 @@ def test_a_rejoining_partition_with_rows_the_watermark_passed_stops_instead_of_s
     b = Barrier([0, 1])
     f = Feeds(b)
     b.set_empty(1, True)
-    f(0, resolved(20))
+    f(0, resolved_event(20))
     drain(b)
     b.set_empty(1, False)
     with pytest.raises(RowsBehindWatermark, match=r"partition 0 offset 0: .* at commit ts 15 .* up to ts 20"):
-        f(1, keyed(25, 1), keyed(15, 2))  # fetched late: 15 was passed by the watermark
+        f(1, keyed_row(25, 1), keyed_row(15, 2))  # fetched late: 15 was passed by the watermark
     assert b.listener(1).cached_rows == 0  # nothing of the record was taken
-    b.listener(1).feed(1, [resolved(30)])  # after its first resolved ts, rule 2 covers copies
-    b.listener(1).feed(2, [keyed(10, 3)])
+    b.listener(1).feed(1, [resolved_event(30)])  # after its first resolved ts, rule 2 covers copies
+    b.listener(1).feed(2, [keyed_row(10, 3)])
     assert b.listener(1).stats.rows_skipped == 1
 
 
 def test_a_partition_added_while_running_holds_the_watermark_until_its_resolved() -> None:
     b = Barrier([0])
     f = Feeds(b)
-    f(0, keyed(10, 1), keyed(30, 2))
-    f(0, resolved(20))
+    f(0, keyed_row(10, 1), keyed_row(30, 2))
+    f(0, resolved_event(20))
     assert ids(drain(b)[0]) == [(10, 1)]
     b.add_partition(1, 0)
     assert sorted(b.listeners) == [0, 1]
     f.next[1] = 0
-    f(0, resolved(40))
+    f(0, resolved_event(40))
     assert b.next_window() is None  # partition 1 has said nothing: the watermark stays at 20
-    b.listener(1).feed(0, [keyed(35, 3)])  # a key re-hashed to the new partition
-    b.listener(1).feed(1, [resolved(40)])
+    b.listener(1).feed(0, [keyed_row(35, 3)])  # a key re-hashed to the new partition
+    b.listener(1).feed(1, [resolved_event(40)])
     w = b.next_window()
     assert w.target_ts == 40 and ids(w) == [(30, 2), (35, 3)]
     with pytest.raises(ValueError):
@@ -370,9 +342,9 @@ def test_a_partition_added_while_running_holds_the_watermark_until_its_resolved(
 def _three_transactions() -> Barrier:
     b = Barrier([0, 1])
     f = Feeds(b)
-    f(0, keyed(10, 1), keyed(10, 2), keyed(20, 3))
-    f(1, keyed(10, 4), keyed(30, 5))
-    f.broadcast(resolved(40))
+    f(0, keyed_row(10, 1), keyed_row(10, 2), keyed_row(20, 3))
+    f(1, keyed_row(10, 4), keyed_row(30, 5))
+    f.broadcast(resolved_event(40))
     return b
 
 
@@ -402,12 +374,12 @@ def _window(rows: list[RowEvent]) -> Window:
 
 
 def test_chunks_split_keyed_rows_between_transactions_in_ts_order() -> None:
-    w = _window([keyed(30, 1), keyed(10, 2), keyed(20, 3), keyed(10, 4), keyed(20, 5)])
+    w = _window([keyed_row(30, 1), keyed_row(10, 2), keyed_row(20, 3), keyed_row(10, 4), keyed_row(20, 5)])
     chunks = list(w.chunks(2))
     assert [[r.commit_ts for r in c] for c in chunks] == [[10, 10], [20, 20], [30]]
     assert [[r.commit_ts for r in c] for c in w.chunks(3)] == [[10, 10], [20, 20, 30]]
     assert [len(c) for c in w.chunks(None)] == [5]
-    big_txn = _window([keyed(10, i) for i in range(5)])
+    big_txn = _window([keyed_row(10, i) for i in range(5)])
     assert [len(c) for c in big_txn.chunks(2)] == [5]
     assert list(_window([]).chunks(2)) == []
     with pytest.raises(ValueError):
@@ -415,7 +387,7 @@ def test_chunks_split_keyed_rows_between_transactions_in_ts_order() -> None:
 
 
 def test_chunks_never_split_a_window_with_keyless_rows() -> None:
-    w = _window([keyed(10, 1), keyed(20, 2), keyless(30, 1), keyed(40, 3)])
+    w = _window([keyed_row(10, 1), keyed_row(20, 2), keyless_row(30, 1), keyed_row(40, 3)])
     assert w.has_keyless_rows()
     assert [len(c) for c in w.chunks(1)] == [4]
 
@@ -426,18 +398,18 @@ def test_chunks_never_split_a_window_with_keyless_rows() -> None:
 def test_pause_partitions_ahead_when_over_the_limit_and_resume_with_hysteresis() -> None:
     b = Barrier([0, 1, 2])
     f = Feeds(b)
-    f(0, keyed(10, 1), keyed(20, 2), nbytes=600)
-    f(0, resolved(50))
-    f(1, keyed(15, 3), nbytes=300)
-    f(1, resolved(40))
-    f(2, resolved(12))
+    f(0, keyed_row(10, 1), keyed_row(20, 2), nbytes=600)
+    f(0, resolved_event(50))
+    f(1, keyed_row(15, 3), nbytes=300)
+    f(1, resolved_event(40))
+    f(2, resolved_event(12))
     assert b.total_cached_bytes() == 900
     assert b.holding_back() == 2
     assert b.partitions_to_pause(1000) == set()
     assert b.partitions_to_pause(800) == {0, 1}
     paused = {0, 1}
     assert b.partitions_to_resume(paused, 800) == set()  # still ahead, still over 80 %
-    f(2, resolved(45))
+    f(2, resolved_event(45))
     assert b.holding_back() == 1
     assert b.partitions_to_resume(paused, 2000) == {0, 1}  # below 80 % of the limit
     b.mark_applied(b.next_window())  # applies up to 40: rows 10, 15, 20
@@ -448,11 +420,11 @@ def test_pause_partitions_ahead_when_over_the_limit_and_resume_with_hysteresis()
 def test_resume_partitions_no_longer_ahead_even_when_over_the_limit() -> None:
     b = Barrier([0, 1])
     f = Feeds(b)
-    f(0, keyed(60, 1), nbytes=1000)
-    f(0, resolved(50))
-    f(1, resolved(10))
+    f(0, keyed_row(60, 1), nbytes=1000)
+    f(0, resolved_event(50))
+    f(1, resolved_event(10))
     assert b.partitions_to_pause(500) == {0}
-    f(1, resolved(50))
+    f(1, resolved_event(50))
     assert b.total_cached_bytes() == 1000  # row 60 cannot be released yet
     assert b.partitions_to_resume({0}, 500) == {0}
 
@@ -460,11 +432,11 @@ def test_resume_partitions_no_longer_ahead_even_when_over_the_limit() -> None:
 def test_mark_applied_refuses_a_window_built_on_another_state() -> None:
     b = Barrier([0])
     f = Feeds(b)
-    f(0, keyed(10, 1))
-    f(0, resolved(10))
+    f(0, keyed_row(10, 1))
+    f(0, resolved_event(10))
     w1 = b.next_window()
-    f(0, keyed(20, 2))
-    f(0, resolved(20))
+    f(0, keyed_row(20, 2))
+    f(0, resolved_event(20))
     w2 = b.next_window()
     b.mark_applied(w2)
     with pytest.raises(StaleWindowError):
@@ -513,10 +485,10 @@ def _row(rnd: random.Random, ts: int, table: str, key: int, rid: int) -> RowEven
         new = {"a": {"t": 3, "f": FLAG_NULLABLE, "v": key}}
         old = dict(new)
     if kind is RowKind.INSERT:
-        return RowEvent(ts, "db", table, kind, new, None, None, _pos(), rid)
+        return RowEvent(ts, "db", table, kind, new, None, None, position(), rid)
     if kind is RowKind.DELETE:
-        return RowEvent(ts, "db", table, kind, None, old, None, _pos(), rid)
-    return RowEvent(ts, "db", table, kind, new, old, None, _pos(), rid)
+        return RowEvent(ts, "db", table, kind, None, old, None, position(), rid)
+    return RowEvent(ts, "db", table, kind, new, old, None, position(), rid)
 
 
 def make_stream(seed: int) -> Stream:
@@ -633,7 +605,7 @@ def make_stream(seed: int) -> Stream:
             close(p)
             release_held(p)
             for q in queries:
-                deliver(p, [DDLEvent(ts, "db", "k1", q, 5, _pos(p))])
+                deliver(p, [DDLEvent(ts, "db", "k1", q, 5, position(p))])
 
     crashes = 0
     last_resolved = -1  # of this session: resolved ts never goes back inside one session
@@ -669,7 +641,7 @@ def make_stream(seed: int) -> Stream:
             if top > last_resolved:
                 r = rnd.randint(max(last_resolved + 1, top - 4), top)
                 for p in records:
-                    deliver(p, [ResolvedEvent(r, _pos(p))])
+                    deliver(p, [ResolvedEvent(r, position(p))])
                 history.append(r)
                 last_resolved = r
         if crashes < 3 and history and waiting_ddl is None and rnd.random() < 0.2:
@@ -681,14 +653,14 @@ def make_stream(seed: int) -> Stream:
             queues.clear()
             if rnd.random() < 0.5:
                 for p in records:
-                    deliver(p, [ResolvedEvent(c, _pos(p))])
+                    deliver(p, [ResolvedEvent(c, position(p))])
             i = next((j for j, item in enumerate(items) if item[0] > c), len(items))
             last_resolved = c
     if waiting_ddl is not None:
         broadcast_ddl(*waiting_ddl)
     flush()
     for p in records:
-        deliver(p, [ResolvedEvent(ts + 1, _pos(p))])
+        deliver(p, [ResolvedEvent(ts + 1, position(p))])
     return Stream(nparts, records, truth_rows, truth_ddls)
 
 
@@ -750,6 +722,14 @@ def check_order(windows: list[Window], base: int) -> None:
         base = w.target_ts
 
 
+def assert_every_row_once(stream: Stream, windows: list[Window]) -> None:
+    """The windows hold every row of the stream once (keyless rows as a multiset) and its DDLs in order."""
+    keyless_rows, keyed_rows, ddls = summary(windows)
+    assert keyless_rows == Counter(content(r) for r in stream.rows if is_keyless(r))
+    assert keyed_rows == {content(r) for r in stream.rows if not is_keyless(r)}
+    assert ddls == stream.ddls
+
+
 def summary(windows: list[Window]) -> tuple[Counter, set, list]:
     """Keyless rows as a multiset (exactly once); keyed rows as a set, each in one window only
     (an identical keyed copy in the same window is harmless); DDLs in execution order."""
@@ -780,12 +760,7 @@ def test_every_row_applied_once_and_restart_from_any_checkpoint_reproduces_the_r
     run = consume(stream, start, rnd)
     check_order(run.windows, 0)
 
-    truth_keyless = Counter(content(r) for r in stream.rows if is_keyless(r))
-    truth_keyed = {content(r) for r in stream.rows if not is_keyless(r)}
-    keyless_rows, keyed_rows, ddls = summary(run.windows)
-    assert keyless_rows == truth_keyless
-    assert keyed_rows == truth_keyed
-    assert ddls == stream.ddls
+    assert_every_row_once(stream, run.windows)
 
     # Crash after window k (the checkpoint was written with it), restart from its checkpoint.
     k = int(cut * len(run.windows))
@@ -805,24 +780,24 @@ def test_keyless_rows_with_rid_replayed_from_the_last_and_last_but_one_resolved_
     f = Feeds(b)
 
     def rows(ts: int, rids: list[int]) -> list[RowEvent]:
-        return [replace(keyless(ts, 1), row_id=r) for r in rids]  # identical images, distinct rids
+        return [replace(keyless_row(ts, 1), row_id=r) for r in rids]  # identical images, distinct rids
 
-    f.broadcast(resolved(10))
+    f.broadcast(resolved_event(10))
     f(0, *rows(12, [1, 2]))
     f(1, *rows(15, [3]))
-    f.broadcast(resolved(20))
+    f.broadcast(resolved_event(20))
     f(0, *rows(22, [4]))  # partial first copy of transaction 22 (rid 5 not sent yet)
     # restart from the last resolved ts (20): everything above it again, complete this time
-    f(0, resolved(20))
+    f(0, resolved_event(20))
     f(0, *rows(22, [4, 5]))
     f(1, *rows(25, [6, 7]))
     # restart from the last-but-one resolved ts (10): copies at or below 20 and above it
-    f.broadcast(resolved(10))
+    f.broadcast(resolved_event(10))
     f(0, *rows(12, [1, 2]))
     f(1, *rows(15, [3]))
     f(0, *rows(22, [4, 5]))
     f(1, *rows(25, [6, 7]))
-    f.broadcast(resolved(30))
+    f.broadcast(resolved_event(30))
     applied = Counter((r.commit_ts, r.row_id) for w in drain(b) for r in w.rows)
     assert applied == Counter(
         {(12, 1): 1, (12, 2): 1, (15, 3): 1, (22, 4): 1, (22, 5): 1, (25, 6): 1, (25, 7): 1}

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hyp
 
-from applier.codec.events import FLAG_HANDLE_KEY, Position, Row, RowEvent, RowKind
+from applier.codec.events import FLAG_HANDLE_KEY, Row, RowKind
 from sqlgen import (
     MARIADB,
     MYSQL,
@@ -35,15 +35,10 @@ from sqlgen.dml import (
     replace_statements,
     statement_too_large,
 )
+from tests.builders import row_event
 
 HK = FLAG_HANDLE_KEY
 INT, VARCHAR, FLOAT, JSON, DECIMAL, BLOB = 3, 15, 4, 245, 246, 252
-
-
-def ev(
-    kind: RowKind, new: Row | None = None, old: Row | None = None, table: str = "t", ts: int = 10
-) -> RowEvent:
-    return RowEvent(ts, "s", table, kind, new, old, None, Position("x", 0, 0, 0))
 
 
 def test_quoting() -> None:
@@ -165,10 +160,10 @@ def test_window_statements_order_and_counts() -> None:
 
     plan = plan_window(
         [
-            ev(RowKind.INSERT, img(1, "a")),
-            ev(RowKind.DELETE, old=img(2, "b")),
-            ev(RowKind.INSERT, img(3, "c")),
-            ev(RowKind.INSERT, {"x": {"t": INT, "f": 0, "v": 5}}, table="nokey"),
+            row_event(RowKind.INSERT, 10, img(1, "a")),
+            row_event(RowKind.DELETE, 10, old=img(2, "b")),
+            row_event(RowKind.INSERT, 10, img(3, "c")),
+            row_event(RowKind.INSERT, 10, {"x": {"t": INT, "f": 0, "v": 5}}, table="nokey"),
         ]
     )
     sts = list(statements(plan, MARIADB))

@@ -2,7 +2,7 @@
 
 The daemon prepares window N+1 while the database applies window N, and keeps reading records
 meanwhile. These tests drive the barrier that way (random interleaving of feeding, building ahead
-and completing) over the randomized streams of test_barrier.py, and check the same guarantees as
+and completing) over the randomized streams of test_stream_barrier.py, and check the same guarantees as
 the sequential tests: every row exactly once in ts order, DDLs alone and in order, and a restart
 from any window's checkpoint (written from that window's own fields) reproduces the rest.
 """
@@ -10,25 +10,22 @@ from any window's checkpoint (written from that window's own fields) reproduces 
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from applier.stream.barrier import Barrier
 from applier.stream.progress import CheckpointState
-from applier.stream.window import Window, is_keyless
-from tests.unit.test_barrier import (
+from applier.stream.window import Window
+from tests.builders import ddl_event, keyed_row, resolved_event
+from tests.unit.test_stream_barrier import (
     Applied,
     Feeds,
     Stream,
+    assert_every_row_once,
     check_order,
     consume,
-    content,
-    ddl,
-    keyed,
     make_stream,
-    resolved,
     summary,
 )
 
@@ -113,12 +110,7 @@ def test_windows_built_ahead_apply_every_row_once_and_restart_reproduces_the_res
     run = consume_pipelined(stream, start, rnd)
     check_order(run.windows, 0)
 
-    truth_keyless = Counter(content(r) for r in stream.rows if is_keyless(r))
-    truth_keyed = {content(r) for r in stream.rows if not is_keyless(r)}
-    keyless_rows, keyed_rows, ddls = summary(run.windows)
-    assert keyless_rows == truth_keyless
-    assert keyed_rows == truth_keyed
-    assert ddls == stream.ddls
+    assert_every_row_once(stream, run.windows)
 
     # Crash after window k: restart from the checkpoint written with it, sequentially or pipelined.
     k = int(cut * len(run.windows))
@@ -135,12 +127,12 @@ def test_windows_built_ahead_apply_every_row_once_and_restart_reproduces_the_res
 def test_nothing_is_built_ahead_of_a_ddl_or_of_a_ddl_window() -> None:
     barrier = Barrier([0, 1])
     feed = Feeds(barrier)
-    feed(0, keyed(10, 1))
-    feed(1, keyed(10, 2))
-    feed.broadcast(ddl(20))
-    feed(0, keyed(30, 3))
-    feed(1, keyed(30, 4))
-    feed.broadcast(resolved(40))
+    feed(0, keyed_row(10, 1))
+    feed(1, keyed_row(10, 2))
+    feed.broadcast(ddl_event(20))
+    feed(0, keyed_row(30, 3))
+    feed(1, keyed_row(30, 4))
+    feed.broadcast(resolved_event(40))
     first = barrier.next_window()
     assert first is not None and first.target_ts == 19 and len(first.rows) == 2
     assert barrier.next_window(after=first) is None  # the DDL comes next: not built ahead
@@ -157,8 +149,8 @@ def test_a_window_built_ahead_takes_only_rows_after_the_one_in_flight() -> None:
     barrier = Barrier([0])
     feed = Feeds(barrier)
     for ts in (10, 11, 12, 13):
-        feed(0, keyed(ts, ts))
-    feed(0, resolved(13))
+        feed(0, keyed_row(ts, ts))
+    feed(0, resolved_event(13))
     first = barrier.next_window(max_rows=2)
     assert first is not None and first.target_ts == 11
     ahead = barrier.next_window(max_rows=2, after=first)

@@ -1,56 +1,22 @@
-"""The command line and the configuration schema: precedence, validation, secrets, clear errors."""
+"""applier.cli: the command line as a user meets it: version and help, `config check` with secrets
+masked, one-line errors with exit status 2, and the options of `demo` and `simulate`.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
-import pytest
-
+from applier import cli
 from applier.cli import main
-from applier.settings.schema import ConfigError, resolve
-
-BASE = {"kafka_bootstrap": "k:9092", "topic": "t", "group_id": "g", "downstream": "mysql://u:s3cret@db:3306/"}
+from tests.unit.settings_files import toml_file
 
 
 def test_import_applier_never_imports_pyspark() -> None:
     code = "import applier, applier.cli, applier.daemon.loop, sys; assert 'pyspark' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_precedence_flag_over_env_over_file_over_default(tmp_path) -> None:
-    cfg_file = tmp_path / "a.toml"
-    cfg_file.write_text('topic = "from-file"\nmax_txn_rows = 7\nstart = "latest"\n[kafka]\n"a.b" = "1"\n')
-    flags = {**BASE, "topic": None, "config": str(cfg_file), "start": "earliest"}
-    env = {"APPLIER_TOPIC": "from-env", "APPLIER_MAX_TXN_ROWS": "9"}
-    cfg = resolve("run", flags, env)
-    assert cfg.topic == "from-env" and cfg.sources["topic"] == "environment"
-    assert cfg.max_txn_rows == 9
-    assert cfg.start == "earliest" and cfg.sources["start"] == "flag"
-    assert cfg.kafka_config == {"a.b": "1"}
-    assert cfg.time_zone == "+00:00" and cfg.sources["time_zone"] == "default"
-
-
-@pytest.mark.parametrize(
-    ("flags", "env", "message"),
-    [
-        ({**BASE, "start": "middle"}, {}, "start"),
-        ({**BASE, "max_txn_rows": "-1"}, {}, "max_txn_rows"),
-        ({**BASE}, {"APPLIER_MAX_CACHED_BYTES": "lots"}, "APPLIER_MAX_CACHED_BYTES"),
-        ({**BASE, "topic": None}, {}, "topic is required"),
-        ({**BASE, "compression": "zstd"}, {}, "none, snappy, lz4"),
-    ],
-)
-def test_bad_values_are_rejected_naming_the_key(flags, env, message) -> None:
-    with pytest.raises(ConfigError, match=message):
-        resolve("run", flags, env)
-
-
-def test_unknown_file_keys_are_rejected(tmp_path) -> None:
-    cfg_file = tmp_path / "a.toml"
-    cfg_file.write_text('topicc = "x"\n')
-    with pytest.raises(ConfigError, match="unknown key 'topicc'"):
-        resolve("run", {**BASE, "config": str(cfg_file)}, {})
 
 
 def test_config_check_masks_secrets(capsys) -> None:
@@ -142,3 +108,40 @@ def test_simulate_rejects_rid_with_the_new_architecture_in_one_line(capsys) -> N
     assert main(["simulate", "--architecture", "new", "--row-ids", "on", "--kafka-bootstrap", "k:1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("applier: configuration error:") and "rid" in err and "Traceback" not in err
+
+
+def test_config_check_prints_the_effective_config_with_secrets_masked(tmp_path: Path, capsys) -> None:
+    code = cli.main(
+        [
+            "config",
+            "check",
+            "--kafka-bootstrap",
+            "k:9092",
+            "--topic",
+            "t",
+            "--group-id",
+            "g",
+            "--downstream",
+            "mysql://app:Top-Secret-1@db:3306/",
+            "--kafka-config",
+            "sasl.password=Top-Secret-2",
+            "--http-listen",
+            "off",
+        ]
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    doc = json.loads(out.out)
+    assert "Top-Secret" not in out.out + out.err
+    assert doc["effective"]["downstream"] == "mysql://app:***@db:3306/"
+    assert doc["effective"]["http_listen"] == "off" and doc["sources"]["http_listen"] == "flag"
+    assert doc["downstream_password"].startswith("*** (in the downstream URL")
+
+
+def test_config_check_and_run_refuse_bad_settings_with_exit_2(tmp_path: Path, capsys) -> None:
+    path = toml_file(tmp_path, 'kafka_bootstrap = "k:1"\ntopic = "t"\ngroup_id = "g"\nbogus = 1\n')
+    for command in (["config", "check"], ["run"]):
+        code = cli.main([*command, "--config", path, "--downstream", "mysql://a@b/"])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.startswith("applier: configuration error:") and "unknown key 'bogus'" in err

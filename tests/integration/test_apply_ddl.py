@@ -11,18 +11,15 @@ import pytest
 
 from applier.apply.catalogue import Catalogue
 from applier.apply.ddl import DDLExecutor, DDLFailed, touched_schemas
-from applier.codec.events import DDLEvent, Position
+from applier.codec.events import DDLEvent
 from applier.downstream.lock import ActiveLock
 from applier.downstream.session import connect
 from applier.downstream.url import DownstreamConfig
 from checkpoint import CheckpointStore
 from sqlgen import MARIADB
+from tests.builders import ddl_event
 
 pytestmark = pytest.mark.integration
-
-
-def _ddl(schema: str, table: str, ddl_type: int, query: str, ts: int = 100) -> DDLEvent:
-    return DDLEvent(ts, schema, table, query, ddl_type, Position("t", 0, 0, 0))
 
 
 @pytest.fixture
@@ -54,7 +51,11 @@ def test_create_table_over_a_table_of_the_same_columns_is_accepted(env) -> None:
     db, conn, executor, admin, store = env
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE t (a INT PRIMARY KEY, b INT)")
-    note = _run(executor, conn, _ddl(db, "t", 3, "CREATE TABLE t (a INT PRIMARY KEY, b INT)"))
+    note = _run(
+        executor,
+        conn,
+        ddl_event(100, "CREATE TABLE t (a INT PRIMARY KEY, b INT)", "t", schema=db, ddl_type=3),
+    )
     assert note.startswith("already present")
     with conn.cursor() as cur:
         assert store.ddl_recorded(cur, 100, "CREATE TABLE t (a INT PRIMARY KEY, b INT)")
@@ -67,7 +68,11 @@ def test_create_table_over_a_table_of_another_shape_fails(env) -> None:
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE t (a INT PRIMARY KEY, c INT)")
     with pytest.raises(DDLFailed, match="catalogue does not show"):
-        _run(executor, conn, _ddl(db, "t", 3, "CREATE TABLE t (a INT PRIMARY KEY, b INT)"))
+        _run(
+            executor,
+            conn,
+            ddl_event(100, "CREATE TABLE t (a INT PRIMARY KEY, b INT)", "t", schema=db, ddl_type=3),
+        )
 
 
 @pytest.mark.parametrize(
@@ -90,10 +95,12 @@ def test_already_there_needs_the_catalogue(env, setup, query, ddl_type, accepted
     with admin.cursor() as cur:
         cur.execute(setup)
     if accepted:
-        assert _run(executor, conn, _ddl(db, "t", ddl_type, query)).startswith("already present")
+        assert _run(executor, conn, ddl_event(100, query, "t", schema=db, ddl_type=ddl_type)).startswith(
+            "already present"
+        )
     else:
         with pytest.raises(DDLFailed):
-            _run(executor, conn, _ddl(db, "t", ddl_type, query))
+            _run(executor, conn, ddl_event(100, query, "t", schema=db, ddl_type=ddl_type))
 
 
 def test_fingerprint_sees_truncate_and_exchange(env) -> None:
@@ -119,7 +126,7 @@ def test_fingerprint_sees_truncate_and_exchange(env) -> None:
 
 def test_a_journaled_ddl_that_did_not_run_runs_on_retry(env) -> None:
     db, conn, executor, admin, store = env
-    ddl = _ddl(db, "t", 3, "CREATE TABLE t (a INT PRIMARY KEY)")
+    ddl = ddl_event(100, "CREATE TABLE t (a INT PRIMARY KEY)", "t", schema=db, ddl_type=3)
     fp = Catalogue(MARIADB).fingerprint(conn, touched_schemas(ddl))
     with conn.cursor() as cur:
         store.begin_ddl(
@@ -133,9 +140,14 @@ def test_a_journaled_ddl_that_did_not_run_runs_on_retry(env) -> None:
 
 
 def test_touched_schemas() -> None:
-    assert touched_schemas(_ddl("a", "t", 14, "RENAME TABLE t TO `b``x`.t2")) == {"a", "b`x"}
-    assert touched_schemas(_ddl("a", "t", 42, "ALTER TABLE t EXCHANGE PARTITION p WITH TABLE o.n")) == {
+    assert touched_schemas(ddl_event(100, "RENAME TABLE t TO `b``x`.t2", "t", schema="a", ddl_type=14)) == {
+        "a",
+        "b`x",
+    }
+    assert touched_schemas(
+        ddl_event(100, "ALTER TABLE t EXCHANGE PARTITION p WITH TABLE o.n", "t", schema="a", ddl_type=42)
+    ) == {
         "a",
         "o",
     }
-    assert touched_schemas(_ddl("a", "", 1, "CREATE DATABASE a")) == {"a"}
+    assert touched_schemas(ddl_event(100, "CREATE DATABASE a", "", schema="a", ddl_type=1)) == {"a"}

@@ -1,6 +1,6 @@
 """Claim-check object storage without a server: the file store, root URIs, names and redaction.
 
-The S3 store against a real S3-compatible server: tests/integration/test_large_storage_s3.py.
+The S3 store against a real S3-compatible server: tests/integration/test_large_messages_storage_s3.py.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from applier.daemon.loop import EXIT_OK, Daemon, start_offsets
 from applier.kafka.reader import PartitionReader
 from applier.ops.observer import Observers
 from applier.settings.schema import Config
-from applier.simulator.encoder import frame
 from applier.stream.partition_watch import PartitionWatch
+from tests.builders import resolved_record
 from tests.unit.kafka_fakes import FakeConsumer, FakeOracle, Msg, event
 
 EOF = KafkaError._PARTITION_EOF
@@ -175,12 +175,8 @@ def test_an_added_partition_that_stays_empty_is_reported_empty() -> None:
 # -- the daemon's loop ------------------------------------------------------------------------------
 
 
-def resolved(ts: int) -> tuple[bytes, bytes]:
-    return frame([(b'{"ts":%d,"t":3}' % ts, b"")])
-
-
 def record(partition: int, offset: int, ts: int) -> Msg:
-    key, value = resolved(ts)
+    key, value = resolved_record(ts)
     return Msg(partition, offset, k=key, val=value)
 
 

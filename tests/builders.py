@@ -1,0 +1,244 @@
+"""Builders of the test data every part of the suite needs: positions, Column dicts, row images, the
+decoded events (RowEvent, DDLEvent, ResolvedEvent) and Open Protocol key/value records.
+
+They live here, once, so that a test module states only what is particular to its case. The record
+encoders are written from the protocol description (docs/open-protocol.md §1-§3), independently of
+the decoder and of the simulator's encoder, so that a test decoding them checks the decoder.
+
+Also here: ``load_sql_fixture_pairs``, which reads the input/expected SQL pairs of tests/fixtures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cramjam
+import orjson
+import pytest
+
+from applier.codec.events import (
+    FLAG_HANDLE_KEY,
+    FLAG_NULLABLE,
+    FLAG_PRIMARY_KEY,
+    FLAG_UNIQUE_KEY,
+    DDLEvent,
+    Position,
+    ResolvedEvent,
+    Row,
+    RowEvent,
+    RowKind,
+)
+
+# -- positions and columns -------------------------------------------------------------------------
+
+INT, VARCHAR = 3, 15
+"""Open Protocol type codes of the columns the builders make (MySQL INT and VARCHAR)."""
+
+PK = FLAG_HANDLE_KEY | FLAG_PRIMARY_KEY
+"""The flags of a primary-key column that is also TiCDC's handle key."""
+
+
+def position(partition: int = 0, offset: int = 0, index: int = 0, topic: str = "topic") -> Position:
+    """Where an event was read: event ``index`` of the record at ``offset`` of ``partition``."""
+    return Position(topic, partition, offset, index)
+
+
+def column(t: int, v: Any, f: int = 0) -> dict[str, Any]:
+    """A Column dict (also the JSON of a column on the wire): type code ``t``, value ``v``, flags ``f``."""
+    return {"t": t, "f": f, "v": v}
+
+
+# -- events of the stream stage: tables db.k (keyed) and db.n (keyless) --------------------------------
+
+
+def _image_event(ts: int, table: str, kind: RowKind, image: Row, rid: int | None) -> RowEvent:
+    if kind is RowKind.DELETE:
+        return RowEvent(ts, "db", table, kind, None, image, None, position(), rid)
+    return RowEvent(ts, "db", table, kind, image, None, None, position(), rid)
+
+
+def keyed_row(
+    ts: int,
+    key: int,
+    value: str = "v",
+    table: str = "k",
+    kind: RowKind = RowKind.INSERT,
+    rid: int | None = None,
+) -> RowEvent:
+    """A row of ``db.<table>`` (id INT handle key, val VARCHAR); a DELETE carries the image as ``old``."""
+    image = {"id": column(INT, key, PK), "val": column(VARCHAR, value, FLAG_NULLABLE)}
+    return _image_event(ts, table, kind, image, rid)
+
+
+def keyless_row(
+    ts: int, a: int, b: str = "x", table: str = "n", kind: RowKind = RowKind.INSERT, rid: int | None = None
+) -> RowEvent:
+    """A row of ``db.<table>`` without any key (a INT, b VARCHAR); ``rid`` is its row id if sent."""
+    image = {"a": column(INT, a, FLAG_NULLABLE), "b": column(VARCHAR, b, FLAG_NULLABLE)}
+    return _image_event(ts, table, kind, image, rid)
+
+
+def resolved_event(ts: int, partition: int = 0) -> ResolvedEvent:
+    """A resolved ts read from ``partition``."""
+    return ResolvedEvent(ts, position(partition))
+
+
+def ddl_event(
+    ts: int,
+    query: str = "ALTER TABLE k ADD COLUMN c INT",
+    table: str = "k",
+    *,
+    schema: str = "db",
+    ddl_type: int = 5,
+    partition: int = 0,
+) -> DDLEvent:
+    """A DDL event (``ddl_type`` 5: ADD COLUMN) on ``schema.table`` read from ``partition``."""
+    return DDLEvent(ts, schema, table, query, ddl_type, position(partition))
+
+
+# -- row images and events of the SQL stage: table s.t ---------------------------------------------------
+
+
+def keyed_image(id_: Any, u: Any = None, v: Any = None) -> Row:
+    """An image of table (id INT PK, u VARCHAR UNIQUE, v VARCHAR)."""
+    return {
+        "id": column(INT, id_, PK),
+        "u": column(VARCHAR, u, FLAG_UNIQUE_KEY),
+        "v": column(VARCHAR, v),
+    }
+
+
+def keyless_image(a: Any, b: Any = None) -> Row:
+    """An image of table (a INT, b VARCHAR) without any key."""
+    return {"a": column(INT, a), "b": column(VARCHAR, b)}
+
+
+_offsets = itertools.count()
+
+
+def row_event(
+    kind: RowKind,
+    ts: int,
+    new: Row | None = None,
+    old: Row | None = None,
+    table: str = "t",
+    partition: int = 0,
+    schema: str = "s",
+    pos: Position | None = None,
+) -> RowEvent:
+    """A row event of ``schema.table`` read at ``pos``; without one, every call takes the next offset of
+    ``partition``, so that events arrive in call order."""
+    return RowEvent(ts, schema, table, kind, new, old, None, pos or position(partition, next(_offsets)))
+
+
+def id_val_image(key: Any, value: Any = "v", key_flags: int = PK) -> Row:
+    """An image of table (id INT PK, val VARCHAR); ``key_flags``: the flags of ``id``."""
+    return {"id": column(INT, key, key_flags), "val": column(VARCHAR, value)}
+
+
+def insert_row(ts: int, key: Any, value: Any = "v") -> RowEvent:
+    """An INSERT of (id, val) into s.t."""
+    return row_event(RowKind.INSERT, ts, id_val_image(key, value))
+
+
+def delete_row(ts: int, key: Any) -> RowEvent:
+    """A DELETE of the row of s.t with id ``key``."""
+    return row_event(RowKind.DELETE, ts, None, id_val_image(key))
+
+
+def update_row(ts: int, old_key: Any, new_key: Any, value: Any = "u") -> RowEvent:
+    """An UPDATE of s.t moving the row ``old_key`` to id ``new_key`` with val ``value``."""
+    return row_event(RowKind.UPDATE, ts, id_val_image(new_key, value), id_val_image(old_key))
+
+
+# -- Open Protocol records --------------------------------------------------------------------------------
+
+_U64 = struct.Struct(">Q")
+
+
+def frame_key(docs: list[bytes], version: int = 1) -> bytes:
+    """A record key: the protocol version, then each key JSON with its 8-byte big-endian length."""
+    return _U64.pack(version) + b"".join(_U64.pack(len(d)) + d for d in docs)
+
+
+def frame_value(docs: list[bytes]) -> bytes:
+    """A record value: each value document with its 8-byte big-endian length (empty for none)."""
+    return b"".join(_U64.pack(len(d)) + d for d in docs)
+
+
+def frame_docs(key_docs: list[bytes], value_docs: list[bytes]) -> tuple[bytes, bytes]:
+    """The (key, value) of one record carrying these key JSONs and value documents, in order."""
+    return frame_key(key_docs), frame_value(value_docs)
+
+
+def compress_value(doc: bytes, compression: str | None) -> bytes:
+    """A value document as a producer with ``compression`` (None, "snappy" or "lz4") sends it."""
+    if doc and compression == "snappy":
+        return bytes(cramjam.snappy.compress_raw(doc))
+    if doc and compression == "lz4":
+        return bytes(cramjam.lz4.compress(doc))
+    return doc
+
+
+def record(
+    *pairs: tuple[Any, Any],
+    compression: str | None = None,
+    dumps: Callable[[Any], bytes] = orjson.dumps,
+) -> tuple[bytes, bytes]:
+    """One record of (key object, value object or None for an empty value) pairs, as JSON by ``dumps``."""
+    keys = [dumps(k) for k, _ in pairs]
+    values = [b"" if v is None else compress_value(dumps(v), compression) for _, v in pairs]
+    return frame_docs(keys, values)
+
+
+def resolved_record(ts: int) -> tuple[bytes, bytes]:
+    """A record holding a resolved event for ``ts`` alone."""
+    return record(({"ts": ts, "t": 3}, None))
+
+
+# -- SQL fixture files ------------------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _fixture_text(line: str) -> str:
+    return "" if line == "<empty>" else line.replace("\\n", "\n")
+
+
+def load_sql_fixture_pairs(path: str | Path) -> list[tuple[str, str, int]]:
+    """The (input, expected, line) pairs of a fixture file below tests/fixtures.
+
+    The file holds blocks separated by blank lines; each block is an input statement on one line and
+    the expected statement on the next. Lines starting with ``--`` are comments. In a statement the two
+    characters ``\\n`` stand for a line break, and a line ``<empty>`` for the empty string. ``line``
+    is the line number of the input, for the test's id.
+    """
+    pairs: list[tuple[str, str, int]] = []
+    block: list[tuple[int, str]] = []
+    lines = (FIXTURES / path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate([*lines, ""], start=1):
+        if line.startswith("--"):
+            continue
+        if line.strip():
+            block.append((number, line))
+            continue
+        if block:
+            if len(block) != 2:
+                raise ValueError(f"{path}:{block[0][0]}: a block holds an input and an expected line")
+            (number_in, text_in), (_, text_out) = block
+            pairs.append((_fixture_text(text_in), _fixture_text(text_out), number_in))
+            block = []
+    return pairs
+
+
+def sql_fixture_cases(path: str) -> list[Any]:
+    """The pairs of ``load_sql_fixture_pairs(path)`` as pytest parameters named ``<file>:<line>``."""
+    name = Path(path).name
+    return [
+        pytest.param(given, expected, id=f"{name}:{line}")
+        for given, expected, line in load_sql_fixture_pairs(path)
+    ]

@@ -1,0 +1,109 @@
+"""applier.ops.health: liveness and readiness through the observer hooks (start-up, standby, stalls,
+retries, lock waits, long applies), on a settable clock so that every threshold is crossed exactly.
+"""
+
+from __future__ import annotations
+
+import pymysql
+
+from applier.downstream.watch import Blocker, StatementWait
+from applier.ops.health import Health
+from tests.unit.ops_fakes import TS, Clock, FakeBarrier, FakeReader, window
+
+
+def test_health_lifecycle_alive_and_ready() -> None:
+    clock = Clock()
+    h = Health(stall_seconds=30, loop_timeout=10, clock=clock)
+    assert h.alive().ok and not h.ready().ok and h.ready().status == "starting"
+    h.on_state("standby")
+    assert h.alive().ok and h.alive().status == "standby"
+    ready = h.ready()
+    assert (
+        not ready.ok and ready.status == "standby" and ready.detail["reason"] == "another instance is active"
+    )
+    h.on_state("active")
+    assert h.alive().ok and not h.ready().ok  # taking over: not ready before the checkpoint is loaded
+    h.on_ready()
+    assert h.ready().ok
+    # Progress keeps it ready; nothing read for longer than stall_seconds while not at the end: stalled.
+    clock.now += 5
+    h.on_tick(FakeBarrier(), FakeReader(), progressed=True)
+    clock.now += 31
+    h.on_tick(FakeBarrier(), FakeReader(), progressed=False)
+    assert h.alive().ok and h.ready().status == "stalled" and not h.waiting_healthily()
+    # Caught up (every partition at its end) is healthy waiting, not a stall.
+    h.on_tick(FakeBarrier(), FakeReader(at_end=True), progressed=False)
+    clock.now += 100
+    h.on_tick(FakeBarrier(), FakeReader(at_end=True), progressed=False)
+    assert h.ready().ok and h.waiting_healthily()
+
+
+def test_health_retries_are_reported_after_retry_report_seconds_until_a_window_commits() -> None:
+    clock = Clock()
+    h = Health(clock=clock, retry_report_seconds=60)
+    h.on_state("active")
+    h.on_ready()
+    h.on_apply_start(window(TS))
+    h.on_retry(pymysql.err.OperationalError(1213, "Deadlock found"))
+    assert h.ready().ok  # one deadlock, replayed at once: normal operation
+    clock.now += 59
+    h.on_retry(pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"))
+    assert h.ready().ok and h.ready().detail["failing_for_seconds"] == 59
+    clock.now += 1
+    r = h.ready()
+    assert not r.ok and r.status == "retrying"
+    assert r.detail["reason"] == (
+        "no downstream transaction committed for 60 s: transient errors replayed "
+        "(deadlock=1, lock_wait=1), last (1205) Lock wait timeout exceeded"
+    )
+    assert h.alive().ok  # waiting for the database is alive: no restart
+    h.on_window(window(TS), 60, {})
+    assert h.ready().ok and h.ready().detail["applied_ts"] == TS
+    assert h.ready().detail["failing_for_seconds"] is None
+
+
+def test_health_a_lock_wait_longer_than_stall_seconds_is_not_ready() -> None:
+    clock = Clock()
+    h = Health(stall_seconds=30, clock=clock)
+    h.on_state("active")
+    h.on_ready()
+    h.on_apply_start(window(TS))
+    blocker = Blocker(42, "app", "10.0.0.7:5123", "Sleep", 75, None, None)
+    wait = StatementWait(
+        1,
+        17,
+        "ALTER TABLE db.t ADD c INT",
+        "metadata",
+        "Waiting for table metadata lock",
+        clock.now - 5,
+        (blocker,),
+    )
+    h.on_statement_waits([wait])
+    assert h.ready().ok
+    clock.now += 26
+    r = h.ready()
+    assert not r.ok and r.status == "waiting on a lock"
+    assert r.detail["reason"] == (
+        "a statement has waited 31 s on a metadata lock (ALTER TABLE db.t ADD c INT); blocked by session 42 "
+        "(app@10.0.0.7:5123, command Sleep, 75 s, idle in an open transaction)"
+    )
+    h.on_statement_waits([])
+    assert h.ready().ok
+
+
+def test_health_a_long_apply_is_alive_a_stuck_loop_is_not() -> None:
+    clock = Clock()
+    h = Health(stall_seconds=30, loop_timeout=10, clock=clock)
+    h.on_state("active")
+    h.on_ready()
+    h.on_apply_start(window(TS))
+    clock.now += 3600  # an ALTER TABLE running for an hour
+    assert h.alive().ok and h.alive().status == "applying" and h.waiting_healthily()
+    h.on_window(window(TS), 3600, {})
+    h.on_tick(FakeBarrier(), FakeReader(), progressed=True)
+    clock.now += 11
+    alive = h.alive()
+    assert not alive.ok and alive.status == "loop stuck"
+    h.on_error("ApplyError")
+    h.on_state("failed")
+    assert not h.alive().ok and h.alive().detail["error"] == "ApplyError"

@@ -1,0 +1,124 @@
+"""applier.settings.schema: where each setting comes from (flag, variable, file, default), and refusals of
+unknown keys and bad values that name the key and what is accepted, whichever the source.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from applier.settings.schema import ConfigError, resolve
+from tests.unit.settings_files import BASE, BASE_WITH_SECRET, toml_file
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path) -> None:
+    cfg_file = tmp_path / "a.toml"
+    cfg_file.write_text('topic = "from-file"\nmax_txn_rows = 7\nstart = "latest"\n[kafka]\n"a.b" = "1"\n')
+    flags = {**BASE_WITH_SECRET, "topic": None, "config": str(cfg_file), "start": "earliest"}
+    env = {"APPLIER_TOPIC": "from-env", "APPLIER_MAX_TXN_ROWS": "9"}
+    cfg = resolve("run", flags, env)
+    assert cfg.topic == "from-env" and cfg.sources["topic"] == "environment"
+    assert cfg.max_txn_rows == 9
+    assert cfg.start == "earliest" and cfg.sources["start"] == "flag"
+    assert cfg.kafka_config == {"a.b": "1"}
+    assert cfg.time_zone == "+00:00" and cfg.sources["time_zone"] == "default"
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        ({**BASE_WITH_SECRET, "start": "middle"}, {}, "start"),
+        ({**BASE_WITH_SECRET, "max_txn_rows": "-1"}, {}, "max_txn_rows"),
+        ({**BASE_WITH_SECRET}, {"APPLIER_MAX_CACHED_BYTES": "lots"}, "APPLIER_MAX_CACHED_BYTES"),
+        ({**BASE_WITH_SECRET, "topic": None}, {}, "topic is required"),
+        ({**BASE_WITH_SECRET, "compression": "zstd"}, {}, "none, snappy, lz4"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_key(flags, env, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve("run", flags, env)
+
+
+def test_unknown_file_keys_are_rejected(tmp_path) -> None:
+    cfg_file = tmp_path / "a.toml"
+    cfg_file.write_text('topicc = "x"\n')
+    with pytest.raises(ConfigError, match="unknown key 'topicc'"):
+        resolve("run", {**BASE_WITH_SECRET, "config": str(cfg_file)}, {})
+
+
+def test_unknown_key_in_the_file_is_named_with_the_accepted_keys(tmp_path: Path) -> None:
+    path = toml_file(tmp_path, 'topic = "t"\nhttp_listn = "127.0.0.1:1"\n')
+    with pytest.raises(ConfigError) as err:
+        resolve("run", {"config": path}, environ={})
+    msg = str(err.value)
+    assert "unknown key 'http_listn'" in msg and "http_listen" in msg and "stall_seconds" in msg
+
+
+def test_unknown_table_in_the_file(tmp_path: Path) -> None:
+    path = toml_file(tmp_path, "[database]\nhost = 'x'\n")
+    with pytest.raises(ConfigError, match=r"unknown table \[database\] \(only \[kafka\] is accepted\)"):
+        resolve("run", {"config": path}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "expected"),
+    [
+        ("http_listen", "localhost", "http_listen .*expected HOST:PORT \\(port 0-65535\\) or off"),
+        ("http_listen", "::1:9400", "http_listen .*IPv6 host must be in brackets"),
+        ("http_listen", "127.0.0.1:70000", "http_listen .*expected HOST:PORT"),
+        ("stall_seconds", "-5", "stall_seconds .*must be a positive integer"),
+        ("stall_seconds", "soon", "stall_seconds .*expected a positive integer"),
+        (
+            "downstream_ssl_mode",
+            "sometimes",
+            "downstream_ssl_mode .*not one of disabled, preferred, required",
+        ),
+        ("downstream_ssl_ca", "/nonexistent/ca.pem", "downstream_ssl_ca .*cannot read /nonexistent/ca.pem"),
+        (
+            "downstream_ssl_verify_identity",
+            "maybe",
+            "downstream_ssl_verify_identity .*expected true or false",
+        ),
+        ("compression", "zstd", "compression .*not one of none, snappy, lz4"),
+        ("max_cached_bytes", "lots", "max_cached_bytes .*optionally with K, M or G"),
+        ("start", "middle", "start .*not one of earliest, latest"),
+        ("log_level", "loud", "log_level .*not one of debug, info, warning, error"),
+    ],
+)
+def test_bad_values_name_the_key_and_what_is_accepted(
+    key: str, raw: str, expected: str, tmp_path: Path
+) -> None:
+    # As a flag...
+    with pytest.raises(ConfigError, match=expected):
+        resolve("run", {**BASE, key: raw}, environ={})
+    # ...as a variable (the message names the variable)...
+    with pytest.raises(ConfigError, match=expected) as err:
+        resolve("run", BASE, environ={"APPLIER_" + key.upper(): raw})
+    assert f"variable APPLIER_{key.upper()}" in str(err.value)
+    # ...and in the file.
+    path = toml_file(tmp_path, f"{key} = {json.dumps(raw)}\n")
+    with pytest.raises(ConfigError, match=expected):
+        resolve("run", {**BASE, "config": path}, environ={})
+
+
+def test_good_values_are_normalised(tmp_path: Path) -> None:
+    assert resolve("run", {**BASE, "http_listen": "OFF"}, environ={}).http_listen == "off"
+    assert resolve("run", {**BASE, "http_listen": "[::1]:9400"}, environ={}).http_listen == "[::1]:9400"
+    assert resolve("run", {**BASE, "http_listen": ":9400"}, environ={}).http_listen == ":9400"
+    path = toml_file(tmp_path, "stall_seconds = 42\ndownstream_ssl_verify_identity = true\n")
+    cfg = resolve("run", {**BASE, "config": path}, environ={})
+    assert cfg.stall_seconds == 42 and cfg.downstream_ssl_verify_identity is True
+    assert cfg.sources["stall_seconds"] == "file"
+    defaults = resolve("run", BASE, environ={})
+    assert defaults.http_listen == "127.0.0.1:9400" and defaults.stall_seconds == 300
+
+
+def test_kafka_pass_through_merges_file_and_variable_key_by_key(tmp_path: Path) -> None:
+    path = toml_file(tmp_path, '[kafka]\n"security.protocol" = "SASL_SSL"\n"sasl.username" = "u"\n')
+    cfg = resolve(
+        "run", {**BASE, "config": path}, environ={"APPLIER_KAFKA_CONFIG": "sasl.password=pw,sasl.username=v"}
+    )
+    assert cfg.kafka_config == {"security.protocol": "SASL_SSL", "sasl.username": "v", "sasl.password": "pw"}
+    assert cfg.masked()["kafka_config"]["sasl.password"] == "***"
