@@ -434,7 +434,7 @@ class CatchupJob:
         )
         totals = WriteStats()
         for row in _spark_call(rows.collect):
-            _add(totals, row.asDict())
+            totals.add(row.asDict())
         progress.rows_written += totals.rows
         if keyless_plans:
             plans = list(keyless_plans.values())
@@ -443,12 +443,9 @@ class CatchupJob:
                 lambda: spark.sparkContext.parallelize(plans, min(len(plans), parallel)).map(task).collect()
             )
             for st in results:
-                _add(totals, st.__dict__)
+                totals.add(st)
             progress.rows_written += sum(st.rows for st in results)
-        s.deletes += totals.deletes
-        s.replaces += totals.replaces
-        s.inserts += totals.inserts
-        s.retries += totals.retries
+        s.writes.add(totals)
 
         def unit(conn: pymysql.connections.Connection) -> None:
             with conn.cursor() as cur:
@@ -542,13 +539,6 @@ class CatchupJob:
             tables=len(tables),
             resume_offsets={str(p): o for p, o in sorted(offsets.items())},
         )
-
-
-def _add(totals: WriteStats, d: dict) -> None:
-    """Add one task's counters (a row of WRITE_STATS_SCHEMA, or a WriteStats' fields) to ``totals``."""
-    for name, (arrow, _spark) in _STATS_FIELDS:
-        if arrow == pa.int64():
-            setattr(totals, name, getattr(totals, name) + int(d.get(name) or 0))
 
 
 def _keyless_by_epoch(

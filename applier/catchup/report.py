@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from applier.catchup.writer import WriteStats
+
 
 @dataclass
 class Summary:
@@ -24,13 +26,10 @@ class Summary:
     resolved_ts: int = 0
     records: int = 0
     events: int = 0
-    deletes: int = 0
-    replaces: int = 0
-    inserts: int = 0
+    writes: WriteStats = field(default_factory=WriteStats)  # the writers' counters, summed
     ddls: int = 0
     epochs: int = 0
     keyless_replays_dropped: int = 0
-    retries: int = 0
     seconds: float = 0.0
     resume_offsets: dict[int, int] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -39,7 +38,7 @@ class Summary:
     @property
     def rows_written(self) -> int:
         """Rows after collapse: keyed deletes and REPLACEs plus keyless ops."""
-        return self.deletes + self.replaces + self.inserts
+        return self.writes.rows
 
     @property
     def events_per_second(self) -> float:
@@ -50,10 +49,10 @@ class Summary:
         return [
             f"catch-up done: window ({self.lower_ts}, {self.resolved_ts}] (from-ts {self.from_ts})",
             f"records read {self.records}, row events {self.events}, rows written after collapse "
-            f"{self.rows_written} (delete {self.deletes}, replace {self.replaces}, "
-            f"keyless {self.inserts})",
+            f"{self.rows_written} (delete {self.writes.deletes}, replace {self.writes.replaces}, "
+            f"keyless {self.writes.inserts})",
             f"DDLs executed {self.ddls}, epochs {self.epochs}, keyless replays dropped "
-            f"{self.keyless_replays_dropped}, retried transactions {self.retries}",
+            f"{self.keyless_replays_dropped}, retried transactions {self.writes.retries}",
             f"seconds {self.seconds:.1f}, row events/s {self.events_per_second:.0f}"
             + (f" ({stages})" if stages else ""),
             "resume offsets for `applier run`: "

@@ -50,23 +50,24 @@ from __future__ import annotations
 import hashlib
 import pickle
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from applier.codec.events import (
     FLAG_HANDLE_KEY,
     DDLEvent,
-    Event,
     LargeMessageEvent,
     Position,
     ResolvedEvent,
-    Row,
     RowEvent,
     RowKind,
 )
 from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.stream.window import is_keyless
+
+if TYPE_CHECKING:  # annotations only
+    from applier.codec.events import Event, Row
 
 ROW, DDL, RESOLVED, STATS = 1, 2, 3, 0
 

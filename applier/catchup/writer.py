@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pymysql
@@ -83,6 +83,13 @@ class WriteStats:
     @property
     def rows(self) -> int:
         return self.deletes + self.replaces + self.inserts
+
+    def add(self, other: Mapping[str, Any] | WriteStats) -> None:
+        """Add another task's counters (a WriteStats, or its fields as a row); ``seconds`` is not summed."""
+        values = other.__dict__ if isinstance(other, WriteStats) else other
+        for f in fields(self):
+            if f.name != "seconds":
+                setattr(self, f.name, getattr(self, f.name) + int(values.get(f.name) or 0))
 
     def add_plan(self, tp: TablePlan) -> None:
         counts = tp.row_counts()

@@ -21,17 +21,7 @@ from typing import Any
 import cramjam
 import pytest
 
-from applier.simulator import (
-    PRODUCER_MODES,
-    LargeMessage,
-    SimEvent,
-    SimRecord,
-    Simulation,
-    StreamConfig,
-    format_summary,
-    simulate,
-    write_claim_check_objects,
-)
+from applier import simulator
 from applier.simulator.encoder import EncoderOptions, handle_key_value_json, key_json
 
 _U64 = struct.Struct(">Q")
@@ -110,7 +100,9 @@ def handle_key(img: dict | None) -> dict | None:
     return None if img is None else {n: c for n, c in img.items() if c[1] & 0x02}
 
 
-def large_events(sim: Simulation) -> list[tuple[SimRecord, int, SimEvent, LargeMessage]]:
+def large_events(
+    sim: simulator.Simulation,
+) -> list[tuple[simulator.SimRecord, int, simulator.SimEvent, simulator.LargeMessage]]:
     out = []
     for rec in sim.records:
         if rec.large is None:
@@ -122,19 +114,21 @@ def large_events(sim: Simulation) -> list[tuple[SimRecord, int, SimEvent, LargeM
     return out
 
 
-def where(sim: Simulation, rec: SimRecord, i: int) -> tuple[int, int]:
+def where(sim: simulator.Simulation, rec: simulator.SimRecord, i: int) -> tuple[int, int]:
     """(position of the record in the stream, of the event in the record)."""
     return next(n for n, r in enumerate(sim.records) if r is rec), i
 
 
-def wide(seed: int = 3, transactions: int = 120, **kw: Any) -> Simulation:
-    return simulate(StreamConfig(seed=seed, transactions=transactions, wide_rows=True, **kw))
+def wide(seed: int = 3, transactions: int = 120, **kw: Any) -> simulator.Simulation:
+    return simulator.simulate(
+        simulator.StreamConfig(seed=seed, transactions=transactions, wide_rows=True, **kw)
+    )
 
 
 # -- default streams ----------------------------------------------------------------------------
 
 
-def digest(sim: Simulation) -> str:
+def digest(sim: simulator.Simulation) -> str:
     h = hashlib.sha256()
     for r in sim.records:
         h.update(r.partition.to_bytes(4, "big"))
@@ -150,7 +144,7 @@ BEFORE = [
     ({"seed": 1, "transactions": 200}, "c1269f49a7454b73d025964a7664d7bd8eb772beef2cf63cf1974c38389de07e"),
     ({"seed": 7, "transactions": 200}, "1fb5d0b37b1ea2cc44c38190d315daa403918f1d973ce472e88b8ed16ec91e3b"),
     (
-        {"seed": 3, "transactions": 150, **PRODUCER_MODES["all-new"]},
+        {"seed": 3, "transactions": 150, **simulator.PRODUCER_MODES["all-new"]},
         "a2016dc7459b9443b1da7b342b7b98381b1d2d8c2527cbf06527094e450784b9",
     ),
 ]
@@ -160,7 +154,7 @@ BEFORE = [
 def test_streams_without_large_events_are_unchanged(settings: dict, expected: str) -> None:
     # The options change nothing while no event is over max_message_bytes.
     for option in (None, "claim-check", "handle-key-only"):
-        sim = simulate(StreamConfig(**settings, large_message=option))
+        sim = simulator.simulate(simulator.StreamConfig(**settings, large_message=option))
         assert digest(sim) == expected, option
         assert sim.claim_check_objects == {} and all(r.large is None for r in sim.records)
 
@@ -176,7 +170,7 @@ def test_an_event_is_large_exactly_when_ticdc_s_size_exceeds_max_message_bytes()
     full_key, full_value = read_object(sim.claim_check_objects[form.object_name or ""])
     size = len(full_key) + len(full_value) + OVERHEAD
 
-    def find(sim: Simulation) -> tuple[SimRecord, int]:
+    def find(sim: simulator.Simulation) -> tuple[simulator.SimRecord, int]:
         for rec in sim.records:
             for i, other in enumerate(rec.events):
                 same = (other.kind, other.commit_ts, other.table, other.row_kind, other.new, other.old)
@@ -302,7 +296,7 @@ def test_handle_key_only_events(architecture: str) -> None:
     large = large_events(sim)
     assert large
     for rec, i, ev, form in large:
-        assert form == LargeMessage("handle-key-only")
+        assert form == simulator.LargeMessage("handle-key-only")
         key, value = split(rec.key, rec.value)[i]
         expected = ["ts", "scm", "tbl", "t", "ohk"]
         if architecture == "classic":
@@ -316,11 +310,13 @@ def test_handle_key_only_events(architecture: str) -> None:
         assert image(main) == handle_key(ev.old if ev.row_kind == "delete" else ev.new)
     summary = sim.summary()
     assert summary["handle_key_only_events"] == len(large) and summary["claim_check_references"] == 0
-    assert f"{len(large)} handle-key-only" in format_summary(sim)
+    assert f"{len(large)} handle-key-only" in simulator.format_summary(sim)
 
 
 def test_partitioned_rows_write_ptn_after_the_large_message_fields() -> None:
-    ev = SimEvent("row", 42, "s", "t", "insert", new={"id": (3, 0x0B, 7)}, row_id=7, partition_id=121)
+    ev = simulator.SimEvent(
+        "row", 42, "s", "t", "insert", new={"id": (3, 0x0B, 7)}, row_id=7, partition_id=121
+    )
     classic, new = EncoderOptions(row_ids=True), EncoderOptions(architecture="new")
     assert key_json(ev, classic, claim_check="s3://b/x.json") == (
         b'{"ts":42,"scm":"s","tbl":"t","rid":7,"ptn":121,"t":1,"ccl":"s3://b/x.json"}'
@@ -337,7 +333,9 @@ def test_partitioned_rows_write_ptn_after_the_large_message_fields() -> None:
 
 
 def test_a_large_event_of_a_table_without_handle_key_fails_like_ticdc() -> None:
-    ev = SimEvent("row", 42, "s", "keyless", "insert", new={"k": (3, 0x40, 1), "v": (15, 0x40, "x")})
+    ev = simulator.SimEvent(
+        "row", 42, "s", "keyless", "insert", new={"k": (3, 0x40, 1), "v": (15, 0x40, "x")}
+    )
     with pytest.raises(ValueError, match="no handle-key columns"):
         handle_key_value_json(ev, EncoderOptions())
 
@@ -361,7 +359,7 @@ def test_without_an_option_a_large_event_fails_the_stream() -> None:
 )
 def test_impossible_large_message_settings_are_rejected(bad: dict) -> None:
     with pytest.raises(ValueError):
-        StreamConfig(**bad).validate()
+        simulator.StreamConfig(**bad).validate()
 
 
 # -- copies -------------------------------------------------------------------------------------
@@ -369,10 +367,10 @@ def test_impossible_large_message_settings_are_rejected(bad: dict) -> None:
 
 @pytest.mark.parametrize(("mode", "seed"), [("all-classic", 2), ("all-new", 2), ("replays", 4)])
 def test_duplicates_keep_a_reference_and_restarts_store_the_event_again(mode: str, seed: int) -> None:
-    settings = PRODUCER_MODES.get(mode, {"replays": True})
+    settings = simulator.PRODUCER_MODES.get(mode, {"replays": True})
     sim = wide(seed=seed, transactions=200, large_message="claim-check", **settings)
     names: dict[int, list[str]] = defaultdict(list)
-    originals: dict[tuple[bytes, bytes], SimRecord] = {}
+    originals: dict[tuple[bytes, bytes], simulator.SimRecord] = {}
     duplicated = 0
     for rec, _, ev, form in large_events(sim):
         assert form.object_name in sim.claim_check_objects
@@ -396,7 +394,7 @@ def test_duplicates_keep_a_reference_and_restarts_store_the_event_again(mode: st
     assert summary["claim_check_references"] == len(large_events(sim))
     assert summary["claim_check_objects"] == len(sim.claim_check_objects)
     assert summary["claim_check_bytes"] == sum(map(len, sim.claim_check_objects.values()))
-    assert f"{len(sim.claim_check_objects)} objects" in format_summary(sim)
+    assert f"{len(sim.claim_check_objects)} objects" in simulator.format_summary(sim)
 
 
 def test_a_seed_reproduces_records_and_objects() -> None:
@@ -411,7 +409,7 @@ def test_a_seed_reproduces_records_and_objects() -> None:
 
 def test_write_claim_check_objects(tmp_path) -> None:
     sim = wide(seed=9, transactions=100, large_message="claim-check")
-    assert write_claim_check_objects(sim, tmp_path / "cc") == len(sim.claim_check_objects) > 0
+    assert simulator.write_claim_check_objects(sim, tmp_path / "cc") == len(sim.claim_check_objects) > 0
     written = {p.name: p.read_bytes() for p in (tmp_path / "cc").iterdir()}
     assert written == sim.claim_check_objects
     for _, _, _, form in large_events(sim):  # a reference's base name is the file's name
@@ -457,9 +455,9 @@ def test_wide_rows_carry_large_text_and_bytes() -> None:
     assert 20_000_000 < sum(map(len, sim.claim_check_objects.values())) < 150_000_000
 
 
-@pytest.mark.parametrize("mode", sorted(PRODUCER_MODES))
+@pytest.mark.parametrize("mode", sorted(simulator.PRODUCER_MODES))
 def test_wide_rows_in_every_producer_mode(mode: str) -> None:
-    sim = wide(seed=6, transactions=100, large_message="claim-check", **PRODUCER_MODES[mode])
+    sim = wide(seed=6, transactions=100, large_message="claim-check", **simulator.PRODUCER_MODES[mode])
     assert large_events(sim)
     rows = {id(ev) for evs in sim.first_copies().values() for ev in evs if ev.kind == "row"}
     assert len(rows) == sum(len(step.changes) for step in sim.steps)
@@ -498,7 +496,7 @@ def test_simulate_command_writes_the_objects_before_producing(tmp_path, monkeypa
 
     produced = []
 
-    def produce(bootstrap: str, topic: str, sim: Simulation) -> int:
+    def produce(bootstrap: str, topic: str, sim: simulator.Simulation) -> int:
         produced.append((bootstrap, topic, {p.name for p in tmp_path.iterdir()}, sim))
         return len(sim.records)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from applier.codec import events as flags
 from applier.simulator.stream import (
     PRODUCER_MODES,
     SimEvent,
@@ -20,17 +21,7 @@ from applier.simulator.stream import (
     StreamConfig,
     simulate,
 )
-from applier.simulator.tables import (
-    FLAG_BINARY,
-    FLAG_GENERATED,
-    FLAG_HANDLE_KEY,
-    FLAG_MULTIPLE_KEY,
-    FLAG_NULLABLE,
-    FLAG_PRIMARY_KEY,
-    FLAG_UNIQUE_KEY,
-    FLAG_UNSIGNED,
-    workload_tables,
-)
+from applier.simulator.tables import workload_tables
 
 
 @pytest.fixture(scope="module")
@@ -392,21 +383,32 @@ def test_timestamps_are_realistic_tsos(sim: Simulation) -> None:
 def test_column_flags_follow_ticdc() -> None:
     tables = {t.name: t for t in workload_tables()}
     at = tables["all_types"].flags
-    assert at["id"] == FLAG_BINARY | FLAG_PRIMARY_KEY | FLAG_HANDLE_KEY
-    assert at["c_gen"] == FLAG_BINARY | FLAG_GENERATED | FLAG_NULLABLE
-    assert at["c_bigint_u"] == FLAG_BINARY | FLAG_UNSIGNED | FLAG_NULLABLE
-    assert at["c_int"] == FLAG_BINARY | FLAG_MULTIPLE_KEY  # NOT NULL, first column of a 2-column KEY
-    assert at["c_varchar"] == FLAG_NULLABLE and at["c_varbinary"] == FLAG_BINARY | FLAG_NULLABLE
-    assert at["c_text"] == FLAG_NULLABLE and at["c_blob"] == FLAG_BINARY | FLAG_NULLABLE
+    assert at["id"] == flags.FLAG_BINARY | flags.FLAG_PRIMARY_KEY | flags.FLAG_HANDLE_KEY
+    assert at["c_gen"] == flags.FLAG_BINARY | flags.FLAG_GENERATED | flags.FLAG_NULLABLE
+    assert at["c_bigint_u"] == flags.FLAG_BINARY | flags.FLAG_UNSIGNED | flags.FLAG_NULLABLE
+    assert (
+        at["c_int"] == flags.FLAG_BINARY | flags.FLAG_MULTIPLE_KEY
+    )  # NOT NULL, first column of a 2-column KEY
+    assert (
+        at["c_varchar"] == flags.FLAG_NULLABLE
+        and at["c_varbinary"] == flags.FLAG_BINARY | flags.FLAG_NULLABLE
+    )
+    assert at["c_text"] == flags.FLAG_NULLABLE and at["c_blob"] == flags.FLAG_BINARY | flags.FLAG_NULLABLE
     comp = tables["composite"].flags
-    assert comp["a"] == FLAG_BINARY | FLAG_PRIMARY_KEY | FLAG_MULTIPLE_KEY | FLAG_HANDLE_KEY
-    assert comp["b"] == FLAG_PRIMARY_KEY | FLAG_MULTIPLE_KEY | FLAG_HANDLE_KEY
-    assert comp["u"] == FLAG_BINARY | FLAG_UNIQUE_KEY
+    assert (
+        comp["a"]
+        == flags.FLAG_BINARY | flags.FLAG_PRIMARY_KEY | flags.FLAG_MULTIPLE_KEY | flags.FLAG_HANDLE_KEY
+    )
+    assert comp["b"] == flags.FLAG_PRIMARY_KEY | flags.FLAG_MULTIPLE_KEY | flags.FLAG_HANDLE_KEY
+    assert comp["u"] == flags.FLAG_BINARY | flags.FLAG_UNIQUE_KEY
     uniq = tables["uniq_only"]
-    assert uniq.handle_key == ("u",) and uniq.flags["u"] == FLAG_BINARY | FLAG_UNIQUE_KEY | FLAG_HANDLE_KEY
-    assert uniq.flags["alt"] == FLAG_UNIQUE_KEY | FLAG_NULLABLE
+    assert (
+        uniq.handle_key == ("u",)
+        and uniq.flags["u"] == flags.FLAG_BINARY | flags.FLAG_UNIQUE_KEY | flags.FLAG_HANDLE_KEY
+    )
+    assert uniq.flags["alt"] == flags.FLAG_UNIQUE_KEY | flags.FLAG_NULLABLE
     assert tables["keyless"].handle_key == () and not any(
-        f & FLAG_HANDLE_KEY for f in tables["keyless"].flags.values()
+        f & flags.FLAG_HANDLE_KEY for f in tables["keyless"].flags.values()
     )
 
 
