@@ -373,16 +373,17 @@ class Daemon:
         """
         watch, large, options, topic = self.watch, self.large, self.options, self.cfg.topic
         assert watch is not None
+        flagged = self._flagged  # the same set _refuse adds to; rebound together below
         for n, rec in enumerate(records, 1):
             if n % self.HANDOFF_RECORDS == 0:
                 self._spill_over()  # memory stays bounded within a batch too
                 if self._inflight is not None and self._inflight.done():
                     self._apply_ready()  # keep the database busy: hand it the next window now
-            if rec.partition in self._flagged:
+            if rec.partition in flagged:
                 if rec.partition in self._bad_partitions:
                     continue  # after a bad record: never applied (a restart stops at the same record)
                 watch.record_arrived(rec.partition)  # was empty: the barrier waits for it again
-                self._flagged = self._bad_partitions | watch.empty
+                flagged = self._flagged = self._bad_partitions | watch.empty
             try:
                 events = decode_record(
                     rec.key,
