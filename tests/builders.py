@@ -242,3 +242,17 @@ def sql_fixture_cases(path: str) -> list[Any]:
         pytest.param(given, expected, id=f"{name}:{line}")
         for given, expected, line in load_sql_fixture_pairs(path)
     ]
+
+
+def apply_keyed_plan(tp, downstream: dict) -> None:
+    """What a keyed table plan does to a model of the downstream, ``{id: (u, v)}`` with a primary
+    key ``id`` and a unique key ``u``: DELETE by key, then REPLACE, which removes every row
+    conflicting on either key before inserting (the convergence argument of sqlgen.collapse)."""
+    for key in tp.delete_keys:
+        downstream.pop(key[0], None)
+    for g in tp.upserts:
+        for row in g.rows:
+            d = dict(zip(g.columns, row, strict=True))
+            for other in [k for k, (u, _v) in downstream.items() if k == d["id"] or u == d["u"]]:
+                del downstream[other]
+            downstream[d["id"]] = (d["u"], d["v"])

@@ -34,29 +34,35 @@ def spark_session() -> Any:
     return spark
 
 
+def load_state(conn: pymysql.connections.Connection, sim: Simulation, ts: int, db: str) -> None:
+    """Create the tables from the DDL events with commit ts <= ts and insert the expected rows."""
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(f"USE {quote_ident(db)}")
+        for ev in sim.ddl_events:
+            if ev.commit_ts <= ts and ev.ddl_type != DDL_CREATE_SCHEMA:
+                cur.execute(ev.ddl_query)
+        for (_, table), rows in sim.expected_snapshot(ts).items():
+            spec = sim.table_spec(table, ts)
+            assert spec is not None
+            cols = [c for c in spec.columns if not c.is_generated]
+            sql = (
+                f"INSERT INTO {quote_ident(table)} ({', '.join(quote_ident(c.name) for c in cols)}) "
+                f"VALUES ({', '.join(['%s'] * len(cols))})"
+            )
+            if rows:
+                cur.executemany(sql, [[row[c.name] for c in cols] for row in rows])
+    conn.commit()
+
+
 def restore_backup(cf: Changefeed, sim: Simulation, ts: int) -> None:
     """Load the model's snapshot at ``ts`` into the downstream, as a restored BR/Dumpling backup would:
     the schema and tables as of ``ts`` (DDLs at or below it), every row as of ``ts``, no checkpoint."""
     conn = pymysql.connect(**cf.mariadb_params, charset="utf8mb4", autocommit=False)
     try:
         with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
             cur.execute(f"CREATE DATABASE {quote_ident(sim.schema)}")
-            cur.execute(f"USE {quote_ident(sim.schema)}")
-            for ev in sim.ddl_events:
-                if ev.commit_ts <= ts and ev.ddl_type != DDL_CREATE_SCHEMA:
-                    cur.execute(ev.ddl_query)
-            for (_, table), rows in sim.expected_snapshot(ts).items():
-                spec = sim.table_spec(table, ts)
-                assert spec is not None
-                cols = [c for c in spec.columns if not c.is_generated]
-                sql = (
-                    f"INSERT INTO {quote_ident(table)} ({', '.join(quote_ident(c.name) for c in cols)}) "
-                    f"VALUES ({', '.join(['%s'] * len(cols))})"
-                )
-                if rows:
-                    cur.executemany(sql, [[row[c.name] for c in cols] for row in rows])
-        conn.commit()
+        load_state(conn, sim, ts, sim.schema)
     finally:
         conn.close()
 

@@ -14,7 +14,8 @@ import pytest
 
 from applier.simulator import PRODUCER_MODES, StreamConfig, compare_downstream, simulate
 from applier.simulator.stream import Simulation
-from applier.simulator.tables import DDL_CREATE_SCHEMA, LATE_TABLE, PARTITIONED_TABLE, quote_ident
+from applier.simulator.tables import LATE_TABLE, PARTITIONED_TABLE, quote_ident
+from tests.integration.catchup_support import load_state
 
 pytestmark = pytest.mark.integration
 
@@ -33,27 +34,6 @@ def conn(mariadb_params: dict, fresh_db: str) -> Iterator[pymysql.connections.Co
         yield c
     finally:
         c.close()
-
-
-def load_state(conn: pymysql.connections.Connection, sim: Simulation, ts: int, db: str) -> None:
-    """Create the tables from the DDL events with commit ts <= ts and insert the expected rows."""
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"USE {quote_ident(db)}")
-        for ev in sim.ddl_events:
-            if ev.commit_ts <= ts and ev.ddl_type != DDL_CREATE_SCHEMA:
-                cur.execute(ev.ddl_query)
-        for (_, table), rows in sim.expected_snapshot(ts).items():
-            spec = sim.table_spec(table, ts)
-            assert spec is not None
-            cols = [c for c in spec.columns if not c.is_generated]
-            sql = (
-                f"INSERT INTO {quote_ident(table)} ({', '.join(quote_ident(c.name) for c in cols)}) "
-                f"VALUES ({', '.join(['%s'] * len(cols))})"
-            )
-            if rows:
-                cur.executemany(sql, [[row[c.name] for c in cols] for row in rows])
-    conn.commit()
 
 
 def drop_tables(conn: pymysql.connections.Connection, sim: Simulation) -> None:

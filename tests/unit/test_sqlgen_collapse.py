@@ -17,7 +17,7 @@ from applier.codec.events import (
     RowKind,
 )
 from sqlgen import PlanError, plan_window
-from tests.builders import PK, keyed_image, keyless_image, row_event
+from tests.builders import PK, apply_keyed_plan, keyed_image, keyless_image, row_event
 
 INT, VARCHAR, FLOAT, JSON = 3, 15, 4, 245
 
@@ -314,15 +314,7 @@ def _simulate(seed: int, dispatch: str) -> None:
         if not arrival:
             continue
         (tp,) = plan_window(arrival).tables.values()
-        for key in tp.delete_keys:
-            downstream.pop(key[0], None)
-        for g in tp.upserts:
-            for row in g.rows:
-                d = dict(zip(g.columns, row, strict=True))
-                # REPLACE: remove every row conflicting on the PK or the unique key, then insert
-                for other in [k for k, (u, _v) in downstream.items() if k == d["id"] or u == d["u"]]:
-                    del downstream[other]
-                downstream[d["id"]] = (d["u"], d["v"])
+        apply_keyed_plan(tp, downstream)
         expected = {r[0]: (str(r[1]), r[2]) for r in rows.values()}
         assert downstream == expected, f"seed {seed} diverged at ts {ts}"
 

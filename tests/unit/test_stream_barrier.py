@@ -749,23 +749,27 @@ def summary(windows: list[Window]) -> tuple[Counter, set, list]:
     return keyless_rows, keyed_rows, ddls
 
 
+def run_once_and_pick_a_crash(seed: int, rnd: random.Random, cut: float, consume_with) -> tuple:
+    """The stream of ``seed`` consumed from the start (every row once, windows in order), and the
+    window after which the property tests crash: (stream, run, k), k = 0 for no crash."""
+    stream = make_stream(seed)
+    start = CheckpointState(applied_ts=0, offsets={p: 0 for p in stream.records})
+    run = consume_with(stream, start, rnd)
+    check_order(run.windows, 0)
+    assert_every_row_once(stream, run.windows)
+    return stream, run, int(cut * len(run.windows))
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), consumer_seed=st.integers(0, 2**32 - 1), cut=st.floats(0, 1))
 def test_every_row_applied_once_and_restart_from_any_checkpoint_reproduces_the_rest(
     seed: int, consumer_seed: int, cut: float
 ) -> None:
-    stream = make_stream(seed)
     rnd = random.Random(consumer_seed)
-    start = CheckpointState(applied_ts=0, offsets={p: 0 for p in stream.records})
-    run = consume(stream, start, rnd)
-    check_order(run.windows, 0)
-
-    assert_every_row_once(stream, run.windows)
-
-    # Crash after window k (the checkpoint was written with it), restart from its checkpoint.
-    k = int(cut * len(run.windows))
+    stream, run, k = run_once_and_pick_a_crash(seed, rnd, cut, consume)
     if k == 0:
         return
+    # Crash after window k (the checkpoint was written with it), restart from its checkpoint.
     state = run.snapshots[k - 1]
     assert state.offsets == run.windows[k - 1].resume_offsets
     rerun = consume(stream, state, rnd, start=dict(state.offsets))

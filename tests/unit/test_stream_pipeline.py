@@ -22,10 +22,9 @@ from tests.unit.test_stream_barrier import (
     Applied,
     Feeds,
     Stream,
-    assert_every_row_once,
     check_order,
     consume,
-    make_stream,
+    run_once_and_pick_a_crash,
     summary,
 )
 
@@ -104,18 +103,10 @@ def consume_pipelined(
 def test_windows_built_ahead_apply_every_row_once_and_restart_reproduces_the_rest(
     seed: int, consumer_seed: int, cut: float
 ) -> None:
-    stream = make_stream(seed)
-    rnd = random.Random(consumer_seed)
-    start = CheckpointState(applied_ts=0, offsets={p: 0 for p in stream.records})
-    run = consume_pipelined(stream, start, rnd)
-    check_order(run.windows, 0)
-
-    assert_every_row_once(stream, run.windows)
-
-    # Crash after window k: restart from the checkpoint written with it, sequentially or pipelined.
-    k = int(cut * len(run.windows))
+    stream, run, k = run_once_and_pick_a_crash(seed, random.Random(consumer_seed), cut, consume_pipelined)
     if k == 0:
         return
+    # Crash after window k: restart from the checkpoint written with it, sequentially or pipelined.
     state = run.snapshots[k - 1]
     rest = summary(run.windows[k:])
     for again in (consume, consume_pipelined):

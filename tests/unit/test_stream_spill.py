@@ -18,7 +18,7 @@ from applier.codec.events import (
 from applier.stream.barrier import Barrier
 from applier.stream.spill import GroupPart, SpillDir, StreamedRows, pack_row, unpack_row
 from sqlgen import plan_window, split_phases
-from tests.builders import PK, keyed_image, keyless_image, row_event
+from tests.builders import PK, apply_keyed_plan, keyed_image, keyless_image, row_event
 
 INS, UPD, DEL = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
 
@@ -109,14 +109,7 @@ def _apply(plan_rows: list[RowEvent], keyed_db: dict, keyless_db: Counter) -> No
     plan = plan_window(plan_rows)
     for tp in plan.tables.values():
         if tp.keyed:
-            for key in tp.delete_keys:
-                keyed_db.pop(key[0], None)
-            for g in tp.upserts:
-                for row in g.rows:
-                    d = dict(zip(g.columns, row, strict=True))
-                    for other in [k for k, (u, _v) in keyed_db.items() if k == d["id"] or u == d["u"]]:
-                        del keyed_db[other]
-                    keyed_db[d["id"]] = (d["u"], d["v"])
+            apply_keyed_plan(tp, keyed_db)
         else:
             for op in tp.ops:
                 row = dict(zip(op.columns, op.values, strict=True))
