@@ -1,7 +1,8 @@
 """Wires the operational side of ``applier run``: health, metrics, HTTP endpoints, systemd.
 
-Kept out of ``applier/daemon/loop.py`` so the daemon's loop stays about replication: ``run_daemon`` builds one
-:class:`Operations`, hands its observers to the daemon, and closes it when the daemon returns.
+Kept out of ``applier/daemon/loop.py`` so the daemon's loop stays about replication:
+``applier.commands.run.run_daemon`` builds one :class:`Operations`, hands its observers to the
+daemon, and closes it when the daemon returns.
 """
 
 from __future__ import annotations
