@@ -134,7 +134,6 @@ class WindowApplier:
         watch: StatementWatch | None = None,
         retry_report_seconds: float = 60.0,
     ) -> None:
-        self._cfg = downstream
         self._store = store
         self._topic = topic
         self._dialect = dialect

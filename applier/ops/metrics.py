@@ -90,6 +90,27 @@ class MetricsObserver(Observer):
             registry=r,
         )
         self.state.state("starting")
+        self.active = Gauge(
+            "applier_active", "1 while this instance holds the single-active lock.", registry=r
+        )
+        self.ready = Gauge(
+            "applier_ready",
+            "1 once the broker and the database answered and the checkpoint is loaded.",
+            registry=r,
+        )
+        self.global_resolved_ts = Gauge(
+            "applier_global_resolved_ts", "Minimum resolved ts (TSO) over all partitions read.", registry=r
+        )
+        self.checkpoint_ts = Gauge(
+            "applier_checkpoint_ts",
+            "Global resolved ts (TSO) applied and checkpointed downstream.",
+            registry=r,
+        )
+        self.checkpoint_time = Gauge(
+            "applier_checkpoint_timestamp_seconds",
+            "Physical time of the applied checkpoint ts, Unix seconds.",
+            registry=r,
+        )
         lag = Gauge(
             "applier_lag_seconds",
             "Replication lag: wall clock minus the physical time of the applied checkpoint ts "
@@ -97,56 +118,33 @@ class MetricsObserver(Observer):
             registry=r,
         )
         lag.set_function(self._lag)
-        gauges = {  # attribute: (metric name, help, labels)
-            "active": ("applier_active", "1 while this instance holds the single-active lock.", ()),
-            "ready": (
-                "applier_ready",
-                "1 once the broker and the database answered and the checkpoint is loaded.",
-                (),
-            ),
-            "global_resolved_ts": (
-                "applier_global_resolved_ts",
-                "Minimum resolved ts (TSO) over all partitions read.",
-                (),
-            ),
-            "checkpoint_ts": (
-                "applier_checkpoint_ts",
-                "Global resolved ts (TSO) applied and checkpointed downstream.",
-                (),
-            ),
-            "checkpoint_time": (
-                "applier_checkpoint_timestamp_seconds",
-                "Physical time of the applied checkpoint ts, Unix seconds.",
-                (),
-            ),
-            "partition_resolved_ts": (
-                "applier_partition_resolved_ts",
-                "Resolved ts (TSO) of a partition.",
-                ("partition",),
-            ),
-            "partition_read_offset": (
-                "applier_partition_read_offset",
-                "Offset of the last record read from a partition.",
-                ("partition",),
-            ),
-            "partition_checkpoint_offset": (
-                "applier_partition_checkpoint_offset",
-                "Offset a restart resumes a partition at (stored with the checkpoint).",
-                ("partition",),
-            ),
-            "partition_cached_bytes": (
-                "applier_partition_cached_bytes",
-                "Bytes of rows read from a partition and held until the barrier releases them.",
-                ("partition",),
-            ),
-            "partition_paused": (
-                "applier_partition_paused",
-                "1 while reading a partition is paused (row cache full or bad input).",
-                ("partition",),
-            ),
-        }
-        for attr, (name, doc, labels) in gauges.items():
-            setattr(self, attr, Gauge(name, doc, labels, registry=r))
+        self.partition_resolved_ts = Gauge(
+            "applier_partition_resolved_ts", "Resolved ts (TSO) of a partition.", ["partition"], registry=r
+        )
+        self.partition_read_offset = Gauge(
+            "applier_partition_read_offset",
+            "Offset of the last record read from a partition.",
+            ["partition"],
+            registry=r,
+        )
+        self.partition_checkpoint_offset = Gauge(
+            "applier_partition_checkpoint_offset",
+            "Offset a restart resumes a partition at (stored with the checkpoint).",
+            ["partition"],
+            registry=r,
+        )
+        self.partition_cached_bytes = Gauge(
+            "applier_partition_cached_bytes",
+            "Bytes of rows read from a partition and held until the barrier releases them.",
+            ["partition"],
+            registry=r,
+        )
+        self.partition_paused = Gauge(
+            "applier_partition_paused",
+            "1 while reading a partition is paused (row cache full or bad input).",
+            ["partition"],
+            registry=r,
+        )
         self.rows = Counter(
             "applier_rows_applied_total",
             "Row operations written downstream, by table and operation.",
