@@ -48,6 +48,7 @@ from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_key
 from applier.codec.events import DDLEvent, RowEvent
 from applier.downstream.lock import ActiveLock
 from applier.errors import FatalError, fatal_in_task, task_error_line
+from applier.kafka.reader import base_consumer_config
 from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
 from applier.ops.logs import get_logger
@@ -160,9 +161,11 @@ class CatchupJob:
         try:
             ckpt = self._start()
             if source is None:
-                source = KafkaOffsets(
-                    self.cfg.kafka_bootstrap, self.topic, self.cfg.group_id, self.cfg.kafka_config
-                )
+                from confluent_kafka import Consumer
+
+                cfg = self.cfg
+                conf = base_consumer_config(cfg.kafka_bootstrap, cfg.group_id, cfg.kafka_config)
+                source = KafkaOffsets(Consumer(conf), self.topic)
             self._run(ckpt, source)
         finally:
             if own_source and isinstance(source, KafkaOffsets):

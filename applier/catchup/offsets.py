@@ -23,12 +23,12 @@ import contextlib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from applier.catchup.tso import PHYSICAL_SHIFT
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import ResolvedEvent
-from applier.kafka.reader import KafkaReadError, base_consumer_config, is_fatal_kafka_error
+from applier.kafka.reader import KafkaReadError, is_fatal_kafka_error, topic_partitions
 
 EARLIEST = "earliest"
 END = "end"
@@ -138,34 +138,19 @@ def choose_starts(
 class KafkaOffsets:
     """:class:`OffsetSource` over a confluent-kafka consumer (never joins a group: assign only)."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        group_id: str,
-        extra: Mapping[str, str] | None = None,
-        *,
-        timeout: float = 30.0,
-    ) -> None:
-        from confluent_kafka import Consumer
-
-        conf = base_consumer_config(bootstrap, group_id, extra)
-        conf["auto.offset.reset"] = "error"  # a start beyond the end must not silently move
+    def __init__(self, consumer: Any, topic: str, *, timeout: float = 30.0) -> None:
+        """``consumer``: a confluent-kafka consumer made from :func:`base_consumer_config`; closed by
+        :meth:`close`."""
         self.topic = topic
         self.timeout = timeout
-        self._consumer = Consumer(conf)
+        self._consumer = consumer
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing after a broker failure must not hide the real error
             self._consumer.close()
 
     def partitions(self) -> list[int]:
-        md = self._consumer.list_topics(self.topic, timeout=self.timeout)
-        tmd = md.topics.get(self.topic)
-        if tmd is None or tmd.error is not None or not tmd.partitions:
-            reason = tmd.error if tmd is not None and tmd.error is not None else "no partitions"
-            raise KafkaReadError(f"topic {self.topic!r} is not available: {reason}")
-        return sorted(tmd.partitions)
+        return topic_partitions(self._consumer, self.topic, self.timeout)
 
     def bounds(self, starts: Mapping[int, StartSpec]) -> dict[int, tuple[int, int]]:
         from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition

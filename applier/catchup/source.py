@@ -79,7 +79,6 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     conf = base_consumer_config(spec.bootstrap, spec.group_id, spec.kafka_config)
-    conf["auto.offset.reset"] = "error"
     conf.setdefault("fetch.max.bytes", 52428800)
     conf.setdefault("max.partition.fetch.bytes", 8388608)
     builder = BatchBuilder(spec.lower_ts, collapse_upto=spec.collapse_upto)

@@ -29,6 +29,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Ask a child server to stop (SIGTERM), and kill it when it has not exited within ``timeout``
+    seconds: a server that hangs on shutdown must not hang whoever stops it."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout)
+
+
 def broker_binary() -> str:
     """Path of the tansu binary; a clear error when the package that ships it is missing."""
     try:
@@ -54,13 +66,7 @@ class EmbeddedBroker:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=10)
         if self._log is not None:
             self._log.close()  # type: ignore[attr-defined]
 

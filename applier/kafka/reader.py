@@ -102,13 +102,15 @@ class OffsetOracle(Protocol):
 
 
 def base_consumer_config(bootstrap: str, group_id: str, extra: Mapping[str, str] | None = None) -> dict:
+    """librdkafka settings of every consumer of the project (daemon, catch-up, decode): offsets are
+    the checkpoint's business, never the group's, and a start offset the partition no longer holds
+    is an error, never a silent move (whatever the pass-through ``extra`` says)."""
     conf = {
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 100,
         "queued.max.messages.kbytes": 65536,
         # The daemon reads slower than the broker serves, so the prefetch queue is often full;
@@ -120,7 +122,18 @@ def base_consumer_config(bootstrap: str, group_id: str, extra: Mapping[str, str]
         "log.connection.close": False,
     }
     conf.update(extra or {})
+    conf["auto.offset.reset"] = "error"
     return conf
+
+
+def topic_partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
+    """Partition ids of ``topic`` from the broker's metadata; a clear error when it cannot be read."""
+    md = consumer.list_topics(topic, timeout=timeout)
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None or not tmd.partitions:
+        reason = tmd.error if tmd is not None and tmd.error is not None else "no partitions"
+        raise KafkaReadError(f"topic {topic!r} is not available: {reason}")
+    return sorted(tmd.partitions)
 
 
 LOST_OFFSET_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
@@ -167,9 +180,7 @@ class PartitionReader:
     ) -> None:
         self.topic = topic
         if consumer is None:
-            conf = base_consumer_config(bootstrap, group_id, extra)
-            conf["auto.offset.reset"] = "error"  # never moved silently, whatever the pass-through says
-            consumer = Consumer(conf)
+            consumer = Consumer(base_consumer_config(bootstrap, group_id, extra))
         self._consumer = consumer
         self.oracle: OffsetOracle = oracle if oracle is not None else self
         self.lost_offset_advice = lost_offset_advice
@@ -184,12 +195,7 @@ class PartitionReader:
     # -- metadata ---------------------------------------------------------------------------
     def discover_partitions(self, timeout: float = 15.0) -> list[int]:
         """Partition ids of the topic; a clear error when it does not exist."""
-        md = self._consumer.list_topics(self.topic, timeout=timeout)
-        tmd = md.topics.get(self.topic)
-        if tmd is None or tmd.error is not None or not tmd.partitions:
-            reason = tmd.error if tmd is not None and tmd.error is not None else "no partitions"
-            raise KafkaReadError(f"topic {self.topic!r} is not available: {reason}")
-        return sorted(tmd.partitions)
+        return topic_partitions(self._consumer, self.topic, timeout)
 
     def new_partitions(self, now: float | None = None) -> list[int]:
         """Partitions the topic has now and that are not assigned, at most every PARTITION_CHECK_SECONDS.

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pymysql
 
-from applier.kafka.embedded_broker import free_port
+from applier.kafka.embedded_broker import free_port, stop_process
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -109,13 +109,7 @@ class PrivateMariaDB:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process, timeout=30)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
