@@ -46,6 +46,8 @@ STATES = ("starting", "standby", "active", "stopping", "failed")
 
 # From 5 ms (a small window on a fast link) to 30 min (a DDL rebuilding a big table).
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+WINDOW_ROW_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+"""Rows of one window: from a quiet stream (a few rows a second) to a backlog released at once."""
 
 # Every name here is a classic one, so the 0.0.4 text format, which every Prometheus reads, suffices.
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -163,6 +165,12 @@ class MetricsObserver(Observer):
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        self.window_rows = Histogram(
+            "applier_window_rows",
+            "Row operations written by one committed window of rows (DDL windows are not counted).",
+            buckets=WINDOW_ROW_BUCKETS,
+            registry=r,
+        )
         self.retries = Counter(
             "applier_downstream_retries_total",
             "Transient downstream errors whose transaction was replayed, by class (lock_wait, "
@@ -241,6 +249,8 @@ class MetricsObserver(Observer):
         self.batch_seconds.observe(seconds)
         if window.ddl is not None:
             self.ddls.inc()
+        else:
+            self.window_rows.observe(sum(rows.values()))
         for (schema, table, op), n in rows.items():
             if n:
                 self.rows.labels(schema, table, op).inc(n)

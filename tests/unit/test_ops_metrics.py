@@ -47,6 +47,9 @@ def test_metrics_follow_the_hooks_and_the_naming_conventions() -> None:
     assert s[("applier_transactions_total", ())] == 2
     assert s[("applier_ddls_applied_total", ())] == 1
     assert s[("applier_batch_seconds_count", ())] == 2 and s[("applier_batch_seconds_sum", ())] == 1.7
+    assert s[("applier_window_rows_count", ())] == 1 and s[("applier_window_rows_sum", ())] == 4
+    assert s[("applier_window_rows_bucket", (("le", "1.0"),))] == 0
+    assert s[("applier_window_rows_bucket", (("le", "10.0"),))] == 1
     assert s[("applier_downstream_retries_total", (("class", "connection"),))] == 1
     assert s[("applier_downstream_retries_total", (("class", "deadlock"),))] == 1
     assert s[("applier_errors_total", (("kind", "ApplyError"),))] == 1
