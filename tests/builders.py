@@ -184,6 +184,35 @@ def compress_value(doc: bytes, compression: str | None) -> bytes:
     return doc
 
 
+def split_record(key: bytes, value: bytes) -> list[tuple[bytes, bytes]]:
+    """(key JSON, value document as framed) of every event of a version-1 record: the inverse of
+    ``frame_docs``, for the tests that read back what the simulator encoded without the decoder."""
+    (version,) = _U64.unpack_from(key, 0)
+    assert version == 1
+    return list(zip(_unframe(key[8:]), _unframe(value), strict=True))
+
+
+def _unframe(data: bytes) -> list[bytes]:
+    docs, at = [], 0
+    while at < len(data):
+        (n,) = _U64.unpack_from(data, at)
+        docs.append(data[at + 8 : at + 8 + n])
+        at += 8 + n
+    assert at == len(data)  # no partial document at the end
+    return docs
+
+
+def decompress_value(doc: bytes, compression: str | None) -> bytes:
+    """A value document as sent by a producer with ``compression``, uncompressed: the inverse of
+    ``compress_value``."""
+    if not doc or compression is None:
+        return doc
+    if compression == "snappy":
+        return bytes(cramjam.snappy.decompress_raw(doc))
+    assert compression == "lz4" and doc[:4] == b"\x04\x22\x4d\x18"  # an LZ4 frame
+    return bytes(cramjam.lz4.decompress(doc))
+
+
 def record(
     *pairs: tuple[Any, Any],
     compression: str | None = None,
