@@ -5,12 +5,14 @@ They live here, once, so that a test module states only what is particular to it
 encoders are written from the protocol description (docs/open-protocol.md §1-§3), independently of
 the decoder and of the simulator's encoder, so that a test decoding them checks the decoder.
 
-Also here: ``load_sql_fixture_pairs``, which reads the input/expected SQL pairs of tests/fixtures.
+Also here: ``load_sql_fixture_pairs``, which reads the input/expected SQL pairs of tests/fixtures, and
+``isolate_from_aws_settings`` for the tests of the S3 store.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -227,6 +229,22 @@ def record(
 def resolved_record(ts: int) -> tuple[bytes, bytes]:
     """A record holding a resolved event for ``ts`` alone."""
     return record(({"ts": ts, "t": 3}, None))
+
+
+# -- the environment ----------------------------------------------------------------------------------
+
+
+def isolate_from_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AWS_* variable, config or credentials file of the machine, and no instance-metadata probing:
+    a test of the S3 store sees only the settings it gives, whatever machine it runs on. The config
+    and credentials files become ``tmp_path``/aws-config and aws-credentials, absent until a test
+    writes them."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 # -- SQL fixture files ------------------------------------------------------------------------------------
