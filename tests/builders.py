@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +291,64 @@ def sql_fixture_cases(path: str) -> list[Any]:
         pytest.param(given, expected, id=f"{name}:{line}")
         for given, expected, line in load_sql_fixture_pairs(path)
     ]
+
+
+# -- random upstream statements on a table (id PK, u UNIQUE, v) ----------------------------------------
+
+ID, U = 0, 1
+"""Where a row (id, u, v) holds its primary key and its unique key."""
+
+
+@dataclass
+class KeyedRows:
+    """An upstream table (id PK, u UNIQUE, v) that random statements change, its rows kept as
+    {hidden row id: (id, u, v)}. Besides inserts and deletes, the statements are those an applier
+    finds hard: two rows swapping their unique keys or their primary keys in one statement, a row
+    taking another primary key."""
+
+    ids: Sequence[Any]  # the primary keys a row may take
+    us: Sequence[Any]  # the unique keys a row may take
+    rows: dict[int, tuple] = field(default_factory=dict)
+    rids: Iterator[int] = field(default_factory=itertools.count)  # hidden ids for the inserted rows
+
+    def statement(self, rnd: random.Random, x: float, cuts: tuple[float, ...], ts: int) -> bool:
+        """Run the statement that the draw ``x`` picks: the first of insert, delete, swap of unique
+        keys, swap of primary keys and change of a row whose cut (in that order in ``cuts``) lies
+        above ``x`` and that the rows allow (a free key, one row, two rows). False when none is
+        picked: the share above the last cut is the caller's."""
+        live = list(self.rows)
+        free_ids = [i for i in self.ids if i not in {r[ID] for r in self.rows.values()}]
+        free_us = [u for u in self.us if u not in {r[U] for r in self.rows.values()}]
+        insert, delete, swap_us, swap_ids, change = cuts
+        if x < insert and free_ids and free_us:
+            self.rows[next(self.rids)] = (rnd.choice(free_ids), rnd.choice(free_us), f"v{ts}")
+        elif x < delete and live:
+            del self.rows[rnd.choice(live)]
+        elif x < swap_us and len(live) >= 2:
+            self._swap(rnd, live, U)
+        elif x < swap_ids and len(live) >= 2:
+            self._swap(rnd, live, ID)
+        elif x < change and live:
+            a = rnd.choice(live)
+            id_, u, _v = self.rows[a]
+            self.rows[a] = (rnd.choice(free_ids) if free_ids and rnd.random() < 0.5 else id_, u, f"v{ts}")
+        else:
+            return False
+        return True
+
+    def changes(self, before: dict[int, tuple]) -> Iterator[tuple[Any, Any]]:
+        """(old row or None, new row or None) of every row inserted, deleted or changed since the
+        rows were ``before``: what TiCDC sends of a transaction, one net change per row."""
+        for rid in set(before) | set(self.rows):
+            old, new = before.get(rid), self.rows.get(rid)
+            if old != new:
+                yield old, new
+
+    def _swap(self, rnd: random.Random, live: list[int], key: int) -> None:
+        a, b = rnd.sample(live, 2)
+        ra, rb = list(self.rows[a]), list(self.rows[b])
+        ra[key], rb[key] = rb[key], ra[key]
+        self.rows[a], self.rows[b] = tuple(ra), tuple(rb)
 
 
 def apply_keyed_plan(tp, downstream: dict) -> None:
