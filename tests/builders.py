@@ -6,7 +6,8 @@ encoders are written from the protocol description (docs/open-protocol.md §1-§
 the decoder and of the simulator's encoder, so that a test decoding them checks the decoder.
 
 Also here: ``load_sql_fixture_pairs``, which reads the input/expected SQL pairs of tests/fixtures, and
-``isolate_from_aws_settings`` for the tests of the S3 store.
+``isolate_from_aws_settings`` for the tests of the S3 store, and ``DOC_EXAMPLE_LOG``, the documentation's
+example stream.
 """
 
 from __future__ import annotations
@@ -231,6 +232,36 @@ def record(
 def resolved_record(ts: int) -> tuple[bytes, bytes]:
     """A record holding a resolved event for ``ts`` alone."""
     return record(({"ts": ts, "t": 3}, None))
+
+
+# -- the documentation's example stream (seed 000, logs 1-14, the old form) ----------------------------
+
+_DDL_KEY = r'{"ts":415508856908021766,"scm":"test","tbl":"t1","t":2}'
+_CREATE_T1 = r'{"q":"CREATE TABLE test.t1(id int primary key, val varchar(16))","t":3}'
+_RESOLVED_AFTER_DDL = r'{"ts":415508856908021766,"t":3}'
+_INSERTS_KEY = r'{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}'
+_CHANGES_KEY = r'{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}'
+_RESOLVED_AT_END = r'{"ts":415508881038376963,"t":3}'
+
+DOC_EXAMPLE_LOG: list[tuple[int, int, str, str]] = [
+    (1, 0, _DDL_KEY, _CREATE_T1),
+    (2, 0, _RESOLVED_AFTER_DDL, ""),
+    (3, 1, _DDL_KEY, _CREATE_T1),
+    (4, 1, _RESOLVED_AFTER_DDL, ""),
+    (5, 0, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":1},"val":{"t":15,"v":"YWE="}}}'),
+    (6, 1, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":2},"val":{"t":15,"v":"YmI="}}}'),
+    (7, 0, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}'),
+    (8, 0, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}'),
+    (9, 0, _CHANGES_KEY, r'{"d":{"id":{"t":3,"h":true,"v":1}}}'),
+    (10, 1, _CHANGES_KEY, r'{"d":{"id":{"t":3,"h":true,"v":2}}}'),
+    (11, 0, _CHANGES_KEY, r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"ZGQ="}}}'),
+    (12, 0, _CHANGES_KEY, r'{"u":{"id":{"t":3,"h":true,"v":4},"val":{"t":15,"v":"ZWU="}}}'),
+    (13, 0, _RESOLVED_AT_END, ""),
+    (14, 1, _RESOLVED_AT_END, ""),
+]
+"""The example stream of the documentation: (log number, partition, key JSON, value JSON or "" for an
+empty value), each JSON exactly as the log prints it; records that share a key name it once. The
+decoder's unit test and the daemon's end-to-end test both replay it."""
 
 
 # -- the environment ----------------------------------------------------------------------------------
