@@ -5,14 +5,19 @@ They live here, once, so that a test module states only what is particular to it
 encoders are written from the protocol description (docs/open-protocol.md §1-§3), independently of
 the decoder and of the simulator's encoder, so that a test decoding them checks the decoder.
 
-Also here: ``load_sql_fixture_pairs``, which reads the input/expected SQL pairs of tests/fixtures.
+Also here: ``load_sql_fixture_pairs``, which reads the input/expected SQL pairs of tests/fixtures, and
+``isolate_from_aws_settings`` for the tests of the S3 store, and ``DOC_EXAMPLE_LOG``, the documentation's
+example stream.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import random
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +189,35 @@ def compress_value(doc: bytes, compression: str | None) -> bytes:
     return doc
 
 
+def split_record(key: bytes, value: bytes) -> list[tuple[bytes, bytes]]:
+    """(key JSON, value document as framed) of every event of a version-1 record: the inverse of
+    ``frame_docs``, for the tests that read back what the simulator encoded without the decoder."""
+    (version,) = _U64.unpack_from(key, 0)
+    assert version == 1
+    return list(zip(_unframe(key[8:]), _unframe(value), strict=True))
+
+
+def _unframe(data: bytes) -> list[bytes]:
+    docs, at = [], 0
+    while at < len(data):
+        (n,) = _U64.unpack_from(data, at)
+        docs.append(data[at + 8 : at + 8 + n])
+        at += 8 + n
+    assert at == len(data)  # no partial document at the end
+    return docs
+
+
+def decompress_value(doc: bytes, compression: str | None) -> bytes:
+    """A value document as sent by a producer with ``compression``, uncompressed: the inverse of
+    ``compress_value``."""
+    if not doc or compression is None:
+        return doc
+    if compression == "snappy":
+        return bytes(cramjam.snappy.decompress_raw(doc))
+    assert compression == "lz4" and doc[:4] == b"\x04\x22\x4d\x18"  # an LZ4 frame
+    return bytes(cramjam.lz4.decompress(doc))
+
+
 def record(
     *pairs: tuple[Any, Any],
     compression: str | None = None,
@@ -198,6 +232,52 @@ def record(
 def resolved_record(ts: int) -> tuple[bytes, bytes]:
     """A record holding a resolved event for ``ts`` alone."""
     return record(({"ts": ts, "t": 3}, None))
+
+
+# -- the documentation's example stream (seed 000, logs 1-14, the old form) ----------------------------
+
+_DDL_KEY = r'{"ts":415508856908021766,"scm":"test","tbl":"t1","t":2}'
+_CREATE_T1 = r'{"q":"CREATE TABLE test.t1(id int primary key, val varchar(16))","t":3}'
+_RESOLVED_AFTER_DDL = r'{"ts":415508856908021766,"t":3}'
+_INSERTS_KEY = r'{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}'
+_CHANGES_KEY = r'{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}'
+_RESOLVED_AT_END = r'{"ts":415508881038376963,"t":3}'
+
+DOC_EXAMPLE_LOG: list[tuple[int, int, str, str]] = [
+    (1, 0, _DDL_KEY, _CREATE_T1),
+    (2, 0, _RESOLVED_AFTER_DDL, ""),
+    (3, 1, _DDL_KEY, _CREATE_T1),
+    (4, 1, _RESOLVED_AFTER_DDL, ""),
+    (5, 0, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":1},"val":{"t":15,"v":"YWE="}}}'),
+    (6, 1, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":2},"val":{"t":15,"v":"YmI="}}}'),
+    (7, 0, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}'),
+    (8, 0, _INSERTS_KEY, r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}'),
+    (9, 0, _CHANGES_KEY, r'{"d":{"id":{"t":3,"h":true,"v":1}}}'),
+    (10, 1, _CHANGES_KEY, r'{"d":{"id":{"t":3,"h":true,"v":2}}}'),
+    (11, 0, _CHANGES_KEY, r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"ZGQ="}}}'),
+    (12, 0, _CHANGES_KEY, r'{"u":{"id":{"t":3,"h":true,"v":4},"val":{"t":15,"v":"ZWU="}}}'),
+    (13, 0, _RESOLVED_AT_END, ""),
+    (14, 1, _RESOLVED_AT_END, ""),
+]
+"""The example stream of the documentation: (log number, partition, key JSON, value JSON or "" for an
+empty value), each JSON exactly as the log prints it; records that share a key name it once. The
+decoder's unit test and the daemon's end-to-end test both replay it."""
+
+
+# -- the environment ----------------------------------------------------------------------------------
+
+
+def isolate_from_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AWS_* variable, config or credentials file of the machine, and no instance-metadata probing:
+    a test of the S3 store sees only the settings it gives, whatever machine it runs on. The config
+    and credentials files become ``tmp_path``/aws-config and aws-credentials, absent until a test
+    writes them."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 # -- SQL fixture files ------------------------------------------------------------------------------------
@@ -242,6 +322,64 @@ def sql_fixture_cases(path: str) -> list[Any]:
         pytest.param(given, expected, id=f"{name}:{line}")
         for given, expected, line in load_sql_fixture_pairs(path)
     ]
+
+
+# -- random upstream statements on a table (id PK, u UNIQUE, v) ----------------------------------------
+
+ID, U = 0, 1
+"""Where a row (id, u, v) holds its primary key and its unique key."""
+
+
+@dataclass
+class KeyedRows:
+    """An upstream table (id PK, u UNIQUE, v) that random statements change, its rows kept as
+    {hidden row id: (id, u, v)}. Besides inserts and deletes, the statements are those an applier
+    finds hard: two rows swapping their unique keys or their primary keys in one statement, a row
+    taking another primary key."""
+
+    ids: Sequence[Any]  # the primary keys a row may take
+    us: Sequence[Any]  # the unique keys a row may take
+    rows: dict[int, tuple] = field(default_factory=dict)
+    rids: Iterator[int] = field(default_factory=itertools.count)  # hidden ids for the inserted rows
+
+    def statement(self, rnd: random.Random, x: float, cuts: tuple[float, ...], ts: int) -> bool:
+        """Run the statement that the draw ``x`` picks: the first of insert, delete, swap of unique
+        keys, swap of primary keys and change of a row whose cut (in that order in ``cuts``) lies
+        above ``x`` and that the rows allow (a free key, one row, two rows). False when none is
+        picked: the share above the last cut is the caller's."""
+        live = list(self.rows)
+        free_ids = [i for i in self.ids if i not in {r[ID] for r in self.rows.values()}]
+        free_us = [u for u in self.us if u not in {r[U] for r in self.rows.values()}]
+        insert, delete, swap_us, swap_ids, change = cuts
+        if x < insert and free_ids and free_us:
+            self.rows[next(self.rids)] = (rnd.choice(free_ids), rnd.choice(free_us), f"v{ts}")
+        elif x < delete and live:
+            del self.rows[rnd.choice(live)]
+        elif x < swap_us and len(live) >= 2:
+            self._swap(rnd, live, U)
+        elif x < swap_ids and len(live) >= 2:
+            self._swap(rnd, live, ID)
+        elif x < change and live:
+            a = rnd.choice(live)
+            id_, u, _v = self.rows[a]
+            self.rows[a] = (rnd.choice(free_ids) if free_ids and rnd.random() < 0.5 else id_, u, f"v{ts}")
+        else:
+            return False
+        return True
+
+    def changes(self, before: dict[int, tuple]) -> Iterator[tuple[Any, Any]]:
+        """(old row or None, new row or None) of every row inserted, deleted or changed since the
+        rows were ``before``: what TiCDC sends of a transaction, one net change per row."""
+        for rid in set(before) | set(self.rows):
+            old, new = before.get(rid), self.rows.get(rid)
+            if old != new:
+                yield old, new
+
+    def _swap(self, rnd: random.Random, live: list[int], key: int) -> None:
+        a, b = rnd.sample(live, 2)
+        ra, rb = list(self.rows[a]), list(self.rows[b])
+        ra[key], rb[key] = rb[key], ra[key]
+        self.rows[a], self.rows[b] = tuple(ra), tuple(rb)
 
 
 def apply_keyed_plan(tp, downstream: dict) -> None:

@@ -119,18 +119,24 @@ class Changefeed:
         A DDL step leaves the resolved ts at ``D - 1`` once the DDL at ``D`` has run (a DDL is its
         own upstream transaction), so the downstream then equals the snapshot at ``D``.
         """
+        return resolved + 1 if self.applied_ddls(commit_ts=resolved + 1) else resolved
+
+    def applied_ddls(self, commit_ts: int | None = None) -> int:
+        """How many DDLs the changefeed has recorded as applied (only those at ``commit_ts`` if given).
+
+        Raises pymysql's ProgrammingError while the daemon has not created its checkpoint tables."""
+        sql = f"SELECT COUNT(*) FROM `{self.checkpoint_schema}`.applied_ddl WHERE changefeed=%s"
+        args: list[object] = [self.group_id]
+        if commit_ts is not None:
+            sql += " AND commit_ts=%s"
+            args.append(commit_ts)
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute(
-                    f"SELECT COUNT(*) FROM `{self.checkpoint_schema}`.applied_ddl "
-                    "WHERE changefeed=%s AND commit_ts=%s",
-                    (self.group_id, resolved + 1),
-                )
-                ddl_ran = cur.fetchone()[0] > 0
+                cur.execute(sql, args)
+                return int(cur.fetchone()[0])
         finally:
             conn.close()
-        return resolved + 1 if ddl_ran else resolved
 
     def compare(self, sim: Simulation, ts: int) -> list[str]:
         """Differences between the downstream and the upstream at ``ts``. Rows of keyless tables

@@ -240,24 +240,17 @@ def test_checkpoint_commits_atomically_with_data_rows(conn, store: CheckpointSto
 
 def test_changefeeds_are_isolated(conn, store: CheckpointStore) -> None:
     other = CheckpointStore(store.schema, "group-2")
-    write(
-        store,
-        conn,
-        topic="a",
-        resolved_ts=10,
-        tables={("s", "t"): 11},
-        offsets={0: 1},
-        partition_resolved={0: 10},
-    )
-    write(
-        other,
-        conn,
-        topic="b",
-        resolved_ts=20,
-        tables={("s", "t"): 21},
-        offsets={0: 2},
-        partition_resolved={0: 20},
-    )
+    # The same table and partition in both, each with values of its own.
+    for cs, topic, ts, offset in ((store, "a", 10, 1), (other, "b", 20, 2)):
+        write(
+            cs,
+            conn,
+            topic=topic,
+            resolved_ts=ts,
+            tables={("s", "t"): ts + 1},
+            offsets={0: offset},
+            partition_resolved={0: ts},
+        )
     with conn.cursor() as cur:
         store.record_ddl(
             cur, commit_ts=10, schema="s", table="t", ddl_type=5, query="ALTER TABLE t ADD c INT"

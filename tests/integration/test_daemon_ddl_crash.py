@@ -243,18 +243,10 @@ def _applied(cf: Changefeed, script: Script, upto: int) -> bool:
     kinds = [json.loads(step[0].key[16:]) for step in script.steps[:upto]]
     ddls = sum(1 for k in kinds if k["t"] == 2)
     rows_ts = max((k["ts"] for k in kinds if k["t"] == 1), default=0)
-    conn = cf.connect()
     try:
-        with conn.cursor() as cur:
-            cur.execute(
-                f"SELECT COUNT(*) FROM `{cf.checkpoint_schema}`.applied_ddl WHERE changefeed = %s",
-                (cf.group_id,),
-            )
-            recorded = cur.fetchone()[0]
-    except pymysql.err.ProgrammingError:
+        recorded = cf.applied_ddls()
+    except pymysql.err.ProgrammingError:  # the daemon has not created the checkpoint tables yet
         return False
-    finally:
-        conn.close()
     return recorded >= ddls and cf.checkpoint()[0] >= rows_ts
 
 

@@ -8,23 +8,28 @@ import time
 
 import pytest
 
-from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
+from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, produce_simulation, simulate
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 
 pytestmark = pytest.mark.integration
+
+
+def _produced_for_small_transactions(feed: Changefeed, max_txn_rows: int, **stream) -> Simulation:
+    """A simulated stream in the changefeed's topic, to be applied in transactions of at most
+    ``max_txn_rows`` rows: many commits, so that a signal lands before, inside and after them."""
+    sim = simulate(StreamConfig(schema=feed.new_schema(), **stream))
+    produce_simulation(feed.bootstrap, feed.topic, sim)
+    feed.extra_args += ["--max-txn-rows", str(max_txn_rows)]
+    return sim
 
 
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])
 def test_kill_loop_converges(feed: Changefeed, tmp_path, mode: str) -> None:
     """At least 10 SIGKILLs at random points of one stream, each followed by a restart, with every
     producer order of the architecture on (docs/open-protocol.md §5.1-§5.4)."""
-    cfg = StreamConfig(
-        seed=21, partitions=4, transactions=3000, schema=feed.new_schema(), **PRODUCER_MODES[mode]
+    sim = _produced_for_small_transactions(
+        feed, 5, seed=21, partitions=4, transactions=3000, **PRODUCER_MODES[mode]
     )
-    sim = simulate(cfg)
-    produce_simulation(feed.bootstrap, feed.topic, sim)
-    # Small transactions: many commits, so the kills land before, inside and after them.
-    feed.extra_args += ["--max-txn-rows", "5"]
     rng = random.Random(7)
     log = str(tmp_path / "daemon.log")
     kills = 0
@@ -52,9 +57,7 @@ def test_kill_loop_converges(feed: Changefeed, tmp_path, mode: str) -> None:
 
 
 def test_sigterm_exits_zero_quickly_and_restart_carries_on(feed: Changefeed) -> None:
-    sim = simulate(StreamConfig(seed=22, partitions=3, transactions=800, schema=feed.new_schema()))
-    produce_simulation(feed.bootstrap, feed.topic, sim)
-    feed.extra_args += ["--max-txn-rows", "20"]
+    sim = _produced_for_small_transactions(feed, 20, seed=22, partitions=3, transactions=800)
     proc = feed.start()
     wait_for_output(proc, "window applied", timeout=60)
     started = time.monotonic()
@@ -70,9 +73,7 @@ def test_sigterm_exits_zero_quickly_and_restart_carries_on(feed: Changefeed) -> 
 
 
 def test_standby_takes_over_when_the_active_instance_dies(feed: Changefeed) -> None:
-    sim = simulate(StreamConfig(seed=23, partitions=3, transactions=800, schema=feed.new_schema()))
-    produce_simulation(feed.bootstrap, feed.topic, sim)
-    feed.extra_args += ["--max-txn-rows", "20"]
+    sim = _produced_for_small_transactions(feed, 20, seed=23, partitions=3, transactions=800)
     first = feed.start()
     wait_for_output(first, "active: holding", timeout=60)
     second = feed.start("--exit-when-caught-up")

@@ -17,6 +17,7 @@ import pytest
 from applier.kafka.embedded_broker import create_topic
 from applier.simulator import StreamConfig, simulate
 from applier.simulator.producer import produce_records
+from tests.builders import DOC_EXAMPLE_LOG
 from tests.integration.harness import Changefeed
 
 pytestmark = pytest.mark.integration
@@ -43,58 +44,6 @@ def send(cf: Changefeed, records: list[Rec]) -> None:
     produce_records(cf.bootstrap, cf.topic, records)  # type: ignore[arg-type]
 
 
-# -- the documentation's example stream (seed 000, logs 1-14, the old form) -------------------
-
-DOC_LOG = [  # (partition, key JSON, value JSON or None), exactly as logs 1-14 show them
-    (
-        0,
-        '{"ts":415508856908021766,"scm":"test","tbl":"t1","t":2}',
-        '{"q":"CREATE TABLE test.t1(id int primary key, val varchar(16))","t":3}',
-    ),
-    (0, '{"ts":415508856908021766,"t":3}', None),
-    (
-        1,
-        '{"ts":415508856908021766,"scm":"test","tbl":"t1","t":2}',
-        '{"q":"CREATE TABLE test.t1(id int primary key, val varchar(16))","t":3}',
-    ),
-    (1, '{"ts":415508856908021766,"t":3}', None),
-    (
-        0,
-        '{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-        '{"u":{"id":{"t":3,"h":true,"v":1},"val":{"t":15,"v":"YWE="}}}',
-    ),
-    (
-        1,
-        '{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-        '{"u":{"id":{"t":3,"h":true,"v":2},"val":{"t":15,"v":"YmI="}}}',
-    ),
-    (
-        0,
-        '{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-        '{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}',
-    ),
-    (
-        0,
-        '{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-        '{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}',
-    ),
-    (0, '{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}', '{"d":{"id":{"t":3,"h":true,"v":1}}}'),
-    (1, '{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}', '{"d":{"id":{"t":3,"h":true,"v":2}}}'),
-    (
-        0,
-        '{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}',
-        '{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"ZGQ="}}}',
-    ),
-    (
-        0,
-        '{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}',
-        '{"u":{"id":{"t":3,"h":true,"v":4},"val":{"t":15,"v":"ZWU="}}}',
-    ),
-    (0, '{"ts":415508881038376963,"t":3}', None),
-    (1, '{"ts":415508881038376963,"t":3}', None),
-]
-
-
 def _doc_records(schema: str) -> list[Rec]:
     out = []
     # The CREATE DATABASE the example assumes, broadcast first as a DDL event.
@@ -104,7 +53,7 @@ def _doc_records(schema: str) -> list[Rec]:
     )
     for p in (0, 1):
         out.append(Rec(p, *frame([create_db[0]], [create_db[1]])))
-    for p, k, v in DOC_LOG:
+    for _log, p, k, v in DOC_EXAMPLE_LOG:
         # The example's schema is `test`; a private name keeps the test away from the server's own.
         k = k.replace('"scm":"test"', f'"scm":"{schema}"')
         v = v.replace("test.t1", f"{schema}.t1") if v else v

@@ -88,6 +88,16 @@ def _not_ready(base: str) -> dict | None:
     return json.loads(body) if status == 503 else None
 
 
+def _recovers(feed: Changefeed, sim: Simulation, proc: subprocess.Popen, says: str, gauge: str) -> None:
+    """Once the test lets go, the daemon ``says`` so, applies the rest of the stream and is ready again,
+    its ``gauge`` of the trouble back at 0: the trouble left nothing behind."""
+    base = http_base(proc)
+    wait_for_output(proc, says, timeout=30)
+    wait_until(lambda: _caught_up(feed, sim), 60, "the end of the stream", proc)
+    wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "/readyz 200 again", proc)
+    assert value(scrape(base), gauge) == 0
+
+
 def _log_lines(proc, needle: str) -> list[dict]:
     return [json.loads(line) for line in read_log(proc).splitlines() if needle in line]
 
@@ -107,27 +117,39 @@ def _sigterm_stops_within_10_s_and_keeps_the_checkpoint(feed: Changefeed, proc: 
     return log
 
 
-def test_sigterm_while_a_window_waits_on_a_row_lock_exits_zero_within_10_s(feed: Changefeed) -> None:
-    sim, cut, holder_id, holder = _half_applied_rows_locked(feed, seed=61)
+def _sigterm_while_the_rest_waits_on_a_lock(
+    feed: Changefeed, sim: Simulation, cut: int, session: pymysql.connections.Connection, lock: str
+) -> list[dict]:
+    """Start the daemon on ``sim.records[cut:]``, wait until its statement waits on the ``lock`` lock
+    that ``session`` holds, then stop it with SIGTERM (see the helper above); once the session lets go,
+    a daemon run to the end still applies the whole stream. Returns the daemon's log lines about the
+    wait, as they stood before the SIGTERM."""
     proc = None
     try:
         produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
         proc = feed.start("--log-format", "json", "--http-listen", "off")
-        # The watch names the session holding the lock, once.
-        wait_for_output(proc, "statement waits on a row lock", timeout=60)
-        (line,) = _log_lines(proc, "statement waits on a row lock")
-        assert f"blocked by session {holder_id} (" in line["event"], line
-        assert "idle in an open transaction" in line["event"]
-        assert line["statement"].startswith("rows of the window up to ts ")
+        needle = f"statement waits on a {lock} lock"
+        wait_for_output(proc, needle, timeout=60)
+        waits = _log_lines(proc, needle)
         _sigterm_stops_within_10_s_and_keeps_the_checkpoint(feed, proc)
     finally:
-        holder.rollback()
-        holder.close()
+        session.rollback()
+        session.close()
         if proc is not None:
             stop(proc)
     done = feed.run_to_end(timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert feed.compare(sim, sim.final_resolved_ts) == []
+    return waits
+
+
+def test_sigterm_while_a_window_waits_on_a_row_lock_exits_zero_within_10_s(feed: Changefeed) -> None:
+    sim, cut, holder_id, holder = _half_applied_rows_locked(feed, seed=61)
+    # The watch names the session holding the lock, once.
+    (line,) = _sigterm_while_the_rest_waits_on_a_lock(feed, sim, cut, holder, "row")
+    assert f"blocked by session {holder_id} (" in line["event"], line
+    assert "idle in an open transaction" in line["event"]
+    assert line["statement"].startswith("rows of the window up to ts ")
 
 
 def _applied_up_to_the_alter_table_read(
@@ -176,10 +198,7 @@ def test_a_ddl_waiting_on_a_metadata_lock_is_reported_then_applied(feed: Changef
         assert (value(samples, "applier_lock_wait_seconds") or 0) > 3
         assert proc.poll() is None
         reader.commit()  # the DDL goes on
-        wait_for_output(proc, "statement no longer waits on a lock", timeout=30)
-        wait_until(lambda: _caught_up(feed, sim), 60, "the end of the stream", proc)
-        wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "/readyz 200 again", proc)
-        assert value(scrape(base), "applier_lock_wait_seconds") == 0
+        _recovers(feed, sim, proc, "statement no longer waits on a lock", "applier_lock_wait_seconds")
     finally:
         reader.rollback()
         reader.close()
@@ -262,10 +281,7 @@ def test_a_storm_of_transient_errors_is_logged_by_class_reported_and_ridden_out(
         stop_killing.set()
         killer.join()
         holder.rollback()
-        wait_for_output(proc, "downstream recovered", timeout=30)
-        wait_until(lambda: _caught_up(feed, sim), 60, "the end of the stream", proc)
-        wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "/readyz 200 again", proc)
-        assert value(scrape(base), "applier_downstream_failing_seconds") == 0
+        _recovers(feed, sim, proc, "downstream recovered", "applier_downstream_failing_seconds")
     finally:
         stop_killing.set()
         holder.rollback()
@@ -316,17 +332,4 @@ def test_an_idle_daemon_holds_no_lock_a_ddl_would_wait_for(feed: Changefeed) -> 
 def test_sigterm_while_a_ddl_waits_on_a_metadata_lock_exits_zero_within_10_s(feed: Changefeed) -> None:
     """The DDL runs on the single-active lock's session: killing it for the stop is no lost lock."""
     sim, cut, reader, _ = _applied_up_to_the_alter_table_read(feed, seed=65)
-    proc = None
-    try:
-        produce_records(feed.bootstrap, feed.topic, sim.records[cut:])
-        proc = feed.start("--log-format", "json", "--http-listen", "off")
-        wait_for_output(proc, "statement waits on a metadata lock", timeout=60)
-        _sigterm_stops_within_10_s_and_keeps_the_checkpoint(feed, proc)
-    finally:
-        reader.rollback()
-        reader.close()
-        if proc is not None:
-            stop(proc)
-    done = feed.run_to_end(timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert feed.compare(sim, sim.final_resolved_ts) == []
+    _sigterm_while_the_rest_waits_on_a_lock(feed, sim, cut, reader, "metadata")

@@ -6,7 +6,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
 import pymysql
@@ -142,17 +142,31 @@ def test_unknown_time_zone_is_explained(cfg: DownstreamConfig) -> None:
 
 
 class Session:
-    """The caller's side of run_with_retry: one apply session, replaced on reconnect."""
+    """The caller's side of run_with_retry: one apply session, replaced on reconnect. It counts the
+    reconnects and the attempts of its unit: how often a unit was replayed is what the tests check."""
 
     def __init__(self, cfg: DownstreamConfig) -> None:
         self.cfg = cfg
         self.conn = connect(cfg)
         self.reconnects = 0
+        self.calls = 0
 
     def reconnect(self) -> None:
         close_quietly(self.conn)
         self.conn = connect(self.cfg)
         self.reconnects += 1
+
+    def unit(self, body: Callable[[pymysql.cursors.Cursor, int], None]) -> Callable[[], None]:
+        """The unit of work run_with_retry replays: ``body(cursor, attempt)`` (attempts count from 1)
+        on the current session, then a commit."""
+
+        def run() -> None:
+            self.calls += 1
+            with self.conn.cursor() as cur:
+                body(cur, self.calls)
+            self.conn.commit()
+
+        return run
 
 
 @pytest.mark.parametrize("kill_while", ["idle", "running"])
@@ -162,31 +176,26 @@ def test_retry_replays_the_unit_on_a_killed_session(
     with admin.cursor() as cur:
         cur.execute(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY, v VARCHAR(10))")
     s = Session(cfg)
-    calls = 0
 
-    def unit() -> None:
-        nonlocal calls
-        calls += 1
-        with s.conn.cursor() as cur:
-            # A plain INSERT: it only succeeds on replay because the killed attempt was rolled back.
-            cur.execute(f"INSERT INTO `{fresh_db}`.t VALUES (1, 'a'), (2, 'b')")
-            if calls == 1:
-                cid = scalar(s.conn, "SELECT CONNECTION_ID()")
-                if kill_while == "idle":
-                    kill(admin, cid)
-                    cur.execute(f"INSERT INTO `{fresh_db}`.t VALUES (3, 'c')")
-                else:
-                    threading.Timer(0.3, kill, (admin, cid)).start()
-                    cur.execute("SELECT SLEEP(5)")
-            else:
+    def insert(cur: pymysql.cursors.Cursor, attempt: int) -> None:
+        # A plain INSERT: it only succeeds on replay because the killed attempt was rolled back.
+        cur.execute(f"INSERT INTO `{fresh_db}`.t VALUES (1, 'a'), (2, 'b')")
+        if attempt == 1:
+            cid = scalar(s.conn, "SELECT CONNECTION_ID()")
+            if kill_while == "idle":
+                kill(admin, cid)
                 cur.execute(f"INSERT INTO `{fresh_db}`.t VALUES (3, 'c')")
-        s.conn.commit()
+            else:
+                threading.Timer(0.3, kill, (admin, cid)).start()
+                cur.execute("SELECT SLEEP(5)")
+        else:
+            cur.execute(f"INSERT INTO `{fresh_db}`.t VALUES (3, 'c')")
 
     seen: list[RetryInfo] = []
     started = time.monotonic()
-    run_with_retry(unit, reconnect=s.reconnect, backoff=FAST, max_attempts=3, on_retry=seen.append)
+    run_with_retry(s.unit(insert), reconnect=s.reconnect, backoff=FAST, max_attempts=3, on_retry=seen.append)
     assert time.monotonic() - started < 4
-    assert calls == 2 and s.reconnects == 1
+    assert s.calls == 2 and s.reconnects == 1
     assert len(seen) == 1 and isinstance(seen[0].error, pymysql.err.MySQLError)
     assert seen[0].error.args[0] in (2006, 2013, 1927)
     with admin.cursor() as cur:
@@ -206,19 +215,11 @@ def test_retry_does_not_replay_permanent_errors(
         cur.execute(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY)")
         cur.execute(f"INSERT INTO `{fresh_db}`.t VALUES (1)")
     s = Session(cfg)
-    calls = 0
-
-    def unit() -> None:
-        nonlocal calls
-        calls += 1
-        with s.conn.cursor() as cur:
-            cur.execute(sql.format(db=fresh_db))
-        s.conn.commit()
-
+    unit = s.unit(lambda cur, _attempt: cur.execute(sql.format(db=fresh_db)))
     with pytest.raises(pymysql.err.MySQLError) as ei:
         run_with_retry(unit, reconnect=s.reconnect, backoff=FAST, max_attempts=5)
     assert ei.value.args[0] == code
-    assert calls == 1 and s.reconnects == 0
+    assert s.calls == 1 and s.reconnects == 0
     close_quietly(s.conn)
 
 
@@ -226,16 +227,13 @@ def test_retry_rides_out_an_unreachable_server_until_the_budget_ends(cfg: Downst
     dead = cfg.with_options(port=closed_port(), connect_timeout=2)
     s = Session(cfg)
     s.cfg = dead  # every reconnect now fails with DownstreamUnreachable
-    calls = 0
 
-    def unit() -> None:
-        nonlocal calls
-        calls += 1
+    def lose_the_connection(cur: pymysql.cursors.Cursor, attempt: int) -> None:
         raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
 
     with pytest.raises(DownstreamUnreachable):
-        run_with_retry(unit, reconnect=s.reconnect, backoff=FAST, max_attempts=4)
-    assert calls == 1  # the unit never ran again: there was no session to run it on
+        run_with_retry(s.unit(lose_the_connection), reconnect=s.reconnect, backoff=FAST, max_attempts=4)
+    assert s.calls == 1  # the unit never ran again: there was no session to run it on
 
 
 # -- single-active lock ----------------------------------------------------------------------------
@@ -260,94 +258,94 @@ def acquire_in_thread(lock: ActiveLock) -> tuple[threading.Thread, dict]:
     return t, result
 
 
+@pytest.fixture
+def instances(cfg: DownstreamConfig, fresh_db: str) -> Iterator[tuple[ActiveLock, ActiveLock]]:
+    """Two instances of one changefeed, (active, standby), contending for its lock: both let go of it
+    after the test, whatever it left them holding."""
+    active, standby = make_lock(cfg, fresh_db), make_lock(cfg, fresh_db)
+    try:
+        yield active, standby
+    finally:
+        standby.release()
+        active.release()
+
+
 def test_standby_waits_and_takes_over_when_the_holder_is_killed(
-    cfg: DownstreamConfig, fresh_db: str, admin: pymysql.connections.Connection
+    instances: tuple[ActiveLock, ActiveLock], admin: pymysql.connections.Connection
 ) -> None:
-    active, standby = make_lock(cfg, fresh_db), make_lock(cfg, fresh_db)
-    try:
-        assert active.acquire()
-        holder = active.connection_id
-        assert holder is not None and active.is_held()
-        assert scalar(admin, "SELECT IS_USED_LOCK(%s)", (active.name,)) == holder
+    active, standby = instances
+    assert active.acquire()
+    holder = active.connection_id
+    assert holder is not None and active.is_held()
+    assert scalar(admin, "SELECT IS_USED_LOCK(%s)", (active.name,)) == holder
 
-        waits: list[LockWait] = []
-        assert standby.acquire(waits.append, timeout=1) is False
-        assert waits and all(w.holder_connection_id == holder and w.error is None for w in waits)
+    waits: list[LockWait] = []
+    assert standby.acquire(waits.append, timeout=1) is False
+    assert waits and all(w.holder_connection_id == holder and w.error is None for w in waits)
 
-        t, result = acquire_in_thread(standby)
-        time.sleep(0.3)
-        assert t.is_alive()  # still waiting
-        killed_at = time.monotonic()
-        kill(admin, holder)
-        t.join(10)
-        assert result["ok"] is True
-        assert result["at"] - killed_at < 3
-        assert standby.is_held()
-        assert scalar(admin, "SELECT IS_USED_LOCK(%s)", (standby.name,)) == standby.connection_id
+    t, result = acquire_in_thread(standby)
+    time.sleep(0.3)
+    assert t.is_alive()  # still waiting
+    killed_at = time.monotonic()
+    kill(admin, holder)
+    t.join(10)
+    assert result["ok"] is True
+    assert result["at"] - killed_at < 3
+    assert standby.is_held()
+    assert scalar(admin, "SELECT IS_USED_LOCK(%s)", (standby.name,)) == standby.connection_id
 
-        # The killed instance finds out, and must stop.
-        deadline = time.monotonic() + 3
-        while not active.lost and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert active.lost  # noticed by the heartbeat, without anyone asking
-        assert not active.is_held()
-        with pytest.raises(LockLost):
-            active.ensure_held()
-        with pytest.raises(LockLost):
-            active.acquire()
-    finally:
-        active.release()
-        standby.release()
+    # The killed instance finds out, and must stop.
+    deadline = time.monotonic() + 3
+    while not active.lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert active.lost  # noticed by the heartbeat, without anyone asking
+    assert not active.is_held()
+    with pytest.raises(LockLost):
+        active.ensure_held()
+    with pytest.raises(LockLost):
+        active.acquire()
 
 
-def test_standby_takes_over_when_the_holder_closes(cfg: DownstreamConfig, fresh_db: str) -> None:
-    active, standby = make_lock(cfg, fresh_db), make_lock(cfg, fresh_db)
-    try:
-        assert active.acquire()
-        t, result = acquire_in_thread(standby)
-        time.sleep(0.3)
-        assert t.is_alive()
-        released_at = time.monotonic()
-        active.release()
-        t.join(10)
-        assert result["ok"] is True and result["at"] - released_at < 3
-        standby.ensure_held(check=True)
-        with pytest.raises(LockLost):
-            active.ensure_held()  # released, not lost, but not held either
-    finally:
-        standby.release()
-        active.release()
+def test_standby_takes_over_when_the_holder_closes(instances: tuple[ActiveLock, ActiveLock]) -> None:
+    active, standby = instances
+    assert active.acquire()
+    t, result = acquire_in_thread(standby)
+    time.sleep(0.3)
+    assert t.is_alive()
+    released_at = time.monotonic()
+    active.release()
+    t.join(10)
+    assert result["ok"] is True and result["at"] - released_at < 3
+    standby.ensure_held(check=True)
+    with pytest.raises(LockLost):
+        active.ensure_held()  # released, not lost, but not held either
 
 
 def test_standby_waits_out_its_own_lost_session(
-    cfg: DownstreamConfig, fresh_db: str, admin: pymysql.connections.Connection
+    instances: tuple[ActiveLock, ActiveLock], admin: pymysql.connections.Connection
 ) -> None:
-    active, standby = make_lock(cfg, fresh_db), make_lock(cfg, fresh_db)
-    try:
-        assert active.acquire()
-        t, result = acquire_in_thread(standby)
-        deadline = time.monotonic() + 5
-        while not result["waits"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        standby_session = None
-        while standby_session is None and time.monotonic() < deadline:
-            with admin.cursor() as cur:
-                cur.execute(
-                    "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
-                    (f"SELECT GET_LOCK('{standby.name}'%",),
-                )
-                row = cur.fetchone()
-            standby_session = row[0] if row else None
-        kill(admin, standby_session)  # the standby's own lock session dies while waiting
-        time.sleep(1.5)
-        assert t.is_alive()
-        active.release()
-        t.join(10)
-        assert result["ok"] is True
-        assert any(w.error is not None for w in result["waits"])
-    finally:
-        standby.release()
-        active.release()
+    active, standby = instances
+    assert active.acquire()
+    t, result = acquire_in_thread(standby)
+    deadline = time.monotonic() + 5
+    while not result["waits"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    standby_session = None
+    while standby_session is None and time.monotonic() < deadline:
+        with admin.cursor() as cur:
+            cur.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
+                (f"SELECT GET_LOCK('{standby.name}'%",),
+            )
+            row = cur.fetchone()
+        standby_session = row[0] if row else None
+    kill(admin, standby_session)  # the standby's own lock session dies while waiting
+    time.sleep(1.5)
+    assert t.is_alive()
+    active.release()
+    t.join(10)
+    assert result["ok"] is True
+    assert any(w.error is not None for w in result["waits"])
 
 
 def test_different_changefeeds_do_not_block_each_other(cfg: DownstreamConfig, fresh_db: str) -> None:

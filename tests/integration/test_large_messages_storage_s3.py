@@ -25,6 +25,7 @@ from applier.large_messages.storage import (
     S3Store,
     open_store,
 )
+from tests.builders import isolate_from_aws_settings
 from tests.integration.s3_server import (
     ANY_KEYS,
     Credentials,
@@ -47,12 +48,7 @@ OUTER_ONLY = RetryPolicy(
 @pytest.fixture(autouse=True)
 def _no_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Only what a test sets: the machine's AWS variables and files must not take part."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata probing
+    isolate_from_aws_settings(monkeypatch, tmp_path)
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ import itertools
 import signal
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -56,11 +54,10 @@ class NotifySocket:
 
 
 @pytest.fixture
-def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
-    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
-    cf.extra_args += ["--http-listen", "off"]
-    yield cf
-    cf.drop()
+def feed(feed: Changefeed) -> Changefeed:
+    """The suite's changefeed, its daemon without the HTTP listener: these tests do not probe it."""
+    feed.extra_args += ["--http-listen", "off"]
+    return feed
 
 
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])

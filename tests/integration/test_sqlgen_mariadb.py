@@ -37,7 +37,7 @@ from sqlgen import (
     quote_table,
     statements,
 )
-from tests.builders import column, row_event
+from tests.builders import KeyedRows, column, row_event
 
 pytestmark = pytest.mark.integration
 
@@ -142,8 +142,8 @@ def _random_windows(seed: int) -> Iterator[tuple[list[tuple], dict[int, tuple[st
     Events are (kind, ts, new (id, u, v) | None, old | None); PK changes are split, events are
     spread over 3 partitions by key and interleaved randomly; some are replayed."""
     rnd = random.Random(seed)
-    live: dict[int, tuple[int, str, str]] = {}  # hidden row id -> (id, u, v)
-    rid_seq = 0
+    upstream = KeyedRows(ids=range(12), us=[f"u{i}" for i in range(12)])
+    live = upstream.rows
     ts = 100
     for _ in range(8):
         parts: list[list[tuple]] = [[], [], []]
@@ -151,33 +151,10 @@ def _random_windows(seed: int) -> Iterator[tuple[list[tuple], dict[int, tuple[st
             ts += 1
             before = dict(live)
             for _op in range(rnd.randint(1, 5)):
-                used_ids = {r[0] for r in live.values()}
-                used_us = {r[1] for r in live.values()}
-                free_ids = [i for i in range(12) if i not in used_ids]
-                free_us = [f"u{i}" for i in range(12) if f"u{i}" not in used_us]
-                keys = list(live)
-                x = rnd.random()
-                if (x < 0.3 or len(keys) < 2) and free_ids and free_us:
-                    live[rid_seq] = (rnd.choice(free_ids), rnd.choice(free_us), f"v{ts}")
-                    rid_seq += 1
-                elif x < 0.4 and keys:
-                    del live[rnd.choice(keys)]
-                elif x < 0.6 and len(keys) >= 2:
-                    a, b = rnd.sample(keys, 2)
-                    (ia, ua, va), (ib, ub, vb) = live[a], live[b]
-                    live[a], live[b] = (ia, ub, va), (ib, ua, vb)
-                elif x < 0.8 and len(keys) >= 2:
-                    a, b = rnd.sample(keys, 2)
-                    (ia, ua, va), (ib, ub, vb) = live[a], live[b]
-                    live[a], live[b] = (ib, ua, va), (ia, ub, vb)
-                elif keys:
-                    a = rnd.choice(keys)
-                    i, u, _v = live[a]
-                    live[a] = (rnd.choice(free_ids) if free_ids and rnd.random() < 0.5 else i, u, f"v{ts}")
-            for rid in set(before) | set(live):
-                o, n = before.get(rid), live.get(rid)
-                if o == n:
-                    continue
+                # With fewer than two rows, an insert whenever a key is free: a swap needs two.
+                insert = 0.3 if len(live) >= 2 else 1.0
+                upstream.statement(rnd, rnd.random(), (insert, 0.4, 0.6, 0.8, 1.0), ts)
+            for o, n in upstream.changes(before):
                 if o and n and o[0] == n[0]:
                     out = [(UPD, ts, n, o)]
                 else:

@@ -21,7 +21,7 @@ from applier.codec.events import (
     RowKind,
     handle_key_names,
 )
-from tests.builders import column, frame_key, frame_value, record
+from tests.builders import DOC_EXAMPLE_LOG, column, frame_key, frame_value, record
 
 U64 = struct.Struct(">Q")
 TOPIC, PARTITION, OFFSET = "cdc-topic", 3, 1234
@@ -335,13 +335,20 @@ FRAMING_ERRORS: dict[str, tuple[bytes | None, bytes | None]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(FRAMING_ERRORS))
-def test_framing_errors(case: str) -> None:
-    key, value = FRAMING_ERRORS[case]
+def _malformed(key: bytes, value: bytes) -> MalformedRecordError:
+    """The error that decoding the record raises, checked to name the record's place in the topic:
+    what an operator needs to find the record."""
     with pytest.raises(MalformedRecordError) as info:
         decode(key, value)
     err = info.value
-    assert (err.topic, err.partition, err.offset, err.index) == (TOPIC, PARTITION, OFFSET, -1)
+    assert (err.topic, err.partition, err.offset) == (TOPIC, PARTITION, OFFSET)
+    return err
+
+
+@pytest.mark.parametrize("case", list(FRAMING_ERRORS))
+def test_framing_errors(case: str) -> None:
+    err = _malformed(*FRAMING_ERRORS[case])
+    assert err.index == -1  # the record as a whole
     assert TOPIC in str(err) and str(OFFSET) in str(err)
 
 
@@ -397,11 +404,8 @@ EVENT_ERRORS: dict[str, tuple[bytes, bytes]] = {
 
 @pytest.mark.parametrize("case", list(EVENT_ERRORS))
 def test_event_errors(case: str) -> None:
-    key, value = EVENT_ERRORS[case]
-    with pytest.raises(MalformedRecordError) as info:
-        decode(key, value)
-    err = info.value
-    assert (err.topic, err.partition, err.offset, err.index) == (TOPIC, PARTITION, OFFSET, 0)
+    err = _malformed(*EVENT_ERRORS[case])
+    assert err.index == 0
     assert err.reason
     assert "event #0" in str(err)
 
@@ -451,41 +455,14 @@ def test_malformed_error_is_a_value_error_but_never_a_bare_one() -> None:
     assert issubclass(MalformedRecordError, ValueError)
 
 
-# --- the documentation's example stream (seed 000, logs 1-14, old form) --------------------------
-
-SEED_LOG = [  # (log number, partition, key JSON, value JSON) exactly as the log prints them
-    (1, 0, r'{"ts":415508856908021766,"scm":"test","tbl":"t1","t":2}',
-     r'{"q":"CREATE TABLE test.t1(id int primary key, val varchar(16))","t":3}'),
-    (2, 0, r'{"ts":415508856908021766,"t":3}', ""),
-    (3, 1, r'{"ts":415508856908021766,"scm":"test","tbl":"t1","t":2}',
-     r'{"q":"CREATE TABLE test.t1(id int primary key, val varchar(16))","t":3}'),
-    (4, 1, r'{"ts":415508856908021766,"t":3}', ""),
-    (5, 0, r'{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-     r'{"u":{"id":{"t":3,"h":true,"v":1},"val":{"t":15,"v":"YWE="}}}'),
-    (6, 1, r'{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-     r'{"u":{"id":{"t":3,"h":true,"v":2},"val":{"t":15,"v":"YmI="}}}'),
-    (7, 0, r'{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-     r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}'),
-    (8, 0, r'{"ts":415508878783938562,"scm":"test","tbl":"t1","t":1}',
-     r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"Y2M="}}}'),
-    (9, 0, r'{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}',
-     r'{"d":{"id":{"t":3,"h":true,"v":1}}}'),
-    (10, 1, r'{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}',
-     r'{"d":{"id":{"t":3,"h":true,"v":2}}}'),
-    (11, 0, r'{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}',
-     r'{"u":{"id":{"t":3,"h":true,"v":3},"val":{"t":15,"v":"ZGQ="}}}'),
-    (12, 0, r'{"ts":415508881418485761,"scm":"test","tbl":"t1","t":1}',
-     r'{"u":{"id":{"t":3,"h":true,"v":4},"val":{"t":15,"v":"ZWU="}}}'),
-    (13, 0, r'{"ts":415508881038376963,"t":3}', ""),
-    (14, 1, r'{"ts":415508881038376963,"t":3}', ""),
-]  # fmt: skip
+# --- the documentation's example stream (seed 000, logs 1-14, old form): DOC_EXAMPLE_LOG -----------
 
 
 def test_documentation_example_stream() -> None:
     opts = DecoderOptions(legacy_base64_strings=True)
     next_offset = {0: 0, 1: 0}
     got: list[tuple[int, Any]] = []
-    for log, partition, key_json, value_json in SEED_LOG:
+    for log, partition, key_json, value_json in DOC_EXAMPLE_LOG:
         key = frame_key([key_json.encode()])
         value = b"" if not value_json else frame_value([value_json.encode()])
         offset = next_offset[partition]
@@ -546,6 +523,6 @@ def test_documentation_example_stream() -> None:
 
 def test_documentation_example_row_without_legacy_option_keeps_base64_text() -> None:
     # The old form cannot be detected from the data: without the option, "YWE=" is just text.
-    key = frame_key([SEED_LOG[4][2].encode()])
-    (event,) = decode(key, frame_value([SEED_LOG[4][3].encode()]))
+    key = frame_key([DOC_EXAMPLE_LOG[4][2].encode()])
+    (event,) = decode(key, frame_value([DOC_EXAMPLE_LOG[4][3].encode()]))
     assert event.new["val"]["v"] == "YWE="

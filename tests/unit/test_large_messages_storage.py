@@ -31,6 +31,7 @@ from applier.large_messages.storage import (
     parse_uri,
     redacted_uri,
 )
+from tests.builders import isolate_from_aws_settings
 
 AK = "AKIAEXAMPLEKEY0001"
 SK = "wJalr/XUtnFEMI+K7MDENG=bPxRfiCYSECRET"
@@ -41,12 +42,7 @@ FAST = RetryPolicy(budget=0.5, initial=0.01, maximum=0.05)
 @pytest.fixture(autouse=True)
 def _no_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The machine's AWS settings must not leak into what the parser and boto3 see."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    isolate_from_aws_settings(monkeypatch, tmp_path)
 
 
 def assert_no_secret(*texts: object) -> None:

@@ -38,21 +38,33 @@ def test_health_lifecycle_alive_and_ready() -> None:
     assert h.ready().ok and h.waiting_healthily()
 
 
-def test_health_retries_are_reported_after_retry_report_seconds_until_a_window_commits() -> None:
-    clock = Clock()
-    h = Health(clock=clock, retry_report_seconds=60)
+def _applying(clock: Clock, **settings: float) -> Health:
+    """The health of an active, ready instance that has started applying the window at TS: where
+    retries, lock waits and long applies happen."""
+    h = Health(clock=clock, **settings)
     h.on_state("active")
     h.on_ready()
     h.on_apply_start(window(TS))
+    return h
+
+
+def _not_ready_for(h: Health, status: str) -> str:
+    """The reason readiness gives, once it is checked to say not ready with ``status``."""
+    r = h.ready()
+    assert not r.ok and r.status == status, r
+    return r.detail["reason"]
+
+
+def test_health_retries_are_reported_after_retry_report_seconds_until_a_window_commits() -> None:
+    clock = Clock()
+    h = _applying(clock, retry_report_seconds=60)
     h.on_retry(pymysql.err.OperationalError(1213, "Deadlock found"))
     assert h.ready().ok  # one deadlock, replayed at once: normal operation
     clock.now += 59
     h.on_retry(pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"))
     assert h.ready().ok and h.ready().detail["failing_for_seconds"] == 59
     clock.now += 1
-    r = h.ready()
-    assert not r.ok and r.status == "retrying"
-    assert r.detail["reason"] == (
+    assert _not_ready_for(h, "retrying") == (
         "no downstream transaction committed for 60 s: transient errors replayed "
         "(deadlock=1, lock_wait=1), last (1205) Lock wait timeout exceeded"
     )
@@ -64,10 +76,7 @@ def test_health_retries_are_reported_after_retry_report_seconds_until_a_window_c
 
 def test_health_a_lock_wait_longer_than_stall_seconds_is_not_ready() -> None:
     clock = Clock()
-    h = Health(stall_seconds=30, clock=clock)
-    h.on_state("active")
-    h.on_ready()
-    h.on_apply_start(window(TS))
+    h = _applying(clock, stall_seconds=30)
     blocker = Blocker(42, "app", "10.0.0.7:5123", "Sleep", 75, None, None)
     wait = StatementWait(
         1,
@@ -81,9 +90,7 @@ def test_health_a_lock_wait_longer_than_stall_seconds_is_not_ready() -> None:
     h.on_statement_waits([wait])
     assert h.ready().ok
     clock.now += 26
-    r = h.ready()
-    assert not r.ok and r.status == "waiting on a lock"
-    assert r.detail["reason"] == (
+    assert _not_ready_for(h, "waiting on a lock") == (
         "a statement has waited 31 s on a metadata lock (ALTER TABLE db.t ADD c INT); blocked by session 42 "
         "(app@10.0.0.7:5123, command Sleep, 75 s, idle in an open transaction)"
     )
@@ -93,10 +100,7 @@ def test_health_a_lock_wait_longer_than_stall_seconds_is_not_ready() -> None:
 
 def test_health_a_long_apply_is_alive_a_stuck_loop_is_not() -> None:
     clock = Clock()
-    h = Health(stall_seconds=30, loop_timeout=10, clock=clock)
-    h.on_state("active")
-    h.on_ready()
-    h.on_apply_start(window(TS))
+    h = _applying(clock, stall_seconds=30, loop_timeout=10)
     clock.now += 3600  # an ALTER TABLE running for an hour
     assert h.alive().ok and h.alive().status == "applying" and h.waiting_healthily()
     h.on_window(window(TS), 3600, {})

@@ -4,8 +4,8 @@ TiCDC sends a row event whose size (key JSON + value as framed + 60 bytes of fra
 record overhead) exceeds max-message-bytes either as a claim-check reference (the full event
 stored as an object, the key naming it in "ccl") or with its handle-key columns only ("ohk").
 The records and objects are read back here with a parser written from docs/open-protocol.md
-(§1, §2, §9), independent of the project's decoder, and compared with the events the
-simulator says it sent.
+(§1, §2, §9; the framing is tests/builders.py's split_record), independent of the project's
+decoder, and compared with the events the simulator says it sent.
 """
 
 from __future__ import annotations
@@ -14,50 +14,21 @@ import base64
 import hashlib
 import json
 import re
-import struct
 from collections import defaultdict
 from typing import Any
 
-import cramjam
 import pytest
 
 from applier import simulator
 from applier.simulator.encoder import EncoderOptions, handle_key_value_json, key_json
+from tests.builders import decompress_value, split_record
 
-_U64 = struct.Struct(">Q")
 OVERHEAD = 36 + 16 + 8  # Kafka's worst-case record overhead, two length prefixes, the version head
 NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.json")
 BLOB_CODES = {249, 250, 251, 252}
 
 
 # -- a minimal reader ---------------------------------------------------------------------------
-
-
-def split(key: bytes, value: bytes) -> list[tuple[bytes, bytes]]:
-    """(key JSON, value as framed) of every event of a record."""
-    assert _U64.unpack_from(key, 0)[0] == 1
-    keys, at = [], 8
-    while at < len(key):
-        (n,) = _U64.unpack_from(key, at)
-        keys.append(key[at + 8 : at + 8 + n])
-        at += 8 + n
-    assert at == len(key)
-    values, at = [], 0
-    while at < len(value):
-        (n,) = _U64.unpack_from(value, at)
-        values.append(value[at + 8 : at + 8 + n])
-        at += 8 + n
-    assert at == len(value)
-    return list(zip(keys, values, strict=True))
-
-
-def inflate(value: bytes, compression: str | None) -> bytes:
-    if not value or compression is None:
-        return value
-    if compression == "snappy":
-        return bytes(cramjam.snappy.decompress_raw(value))
-    assert value[:4] == b"\x04\x22\x4d\x18"  # an LZ4 frame
-    return bytes(cramjam.lz4.decompress(value))
 
 
 def key_pairs(raw: bytes) -> list[tuple[str, Any]]:
@@ -77,7 +48,7 @@ def read_object(data: bytes) -> tuple[bytes, bytes]:
     assert [name for name, _ in doc] == ["key", "value"]
     key, value = canonical_b64(doc[0][1]), canonical_b64(doc[1][1])
     assert data == b'{"key":"' + doc[0][1].encode() + b'","value":"' + doc[1][1].encode() + b'"}'
-    ((k, v),) = split(key, value)
+    ((k, v),) = split_record(key, value)
     return k, v
 
 
@@ -180,7 +151,7 @@ def test_an_event_is_large_exactly_when_ticdc_s_size_exceeds_max_message_bytes()
 
     rec, i = find(wide(large_message="claim-check", max_message_bytes=size, **settings))
     assert rec.large is None or rec.large[i] is None
-    k, v = split(rec.key, rec.value)[i]
+    k, v = split_record(rec.key, rec.value)[i]
     assert (k, v) == (full_key, full_value) and len(k) + len(v) + OVERHEAD == size
     rec, i = find(wide(large_message="claim-check", max_message_bytes=size - 1, **settings))
     assert rec.large is not None and rec.large[i] is not None
@@ -204,12 +175,12 @@ def test_claim_check_references_and_their_objects(architecture: str, compression
     assert large
     spots = {(id(rec), i) for rec, i, _, _ in large}
     for rec in sim.records:
-        for i, (k, v) in enumerate(split(rec.key, rec.value)):
+        for i, (k, v) in enumerate(split_record(rec.key, rec.value)):
             assert len(k) + len(v) + OVERHEAD <= limit  # references and whole events alike
             if (id(rec), i) not in spots and rec.events[i].kind == "row":
                 assert b'"ohk"' not in k and b'"ccl"' not in k
     for rec, i, ev, form in large:
-        ref_key, ref_value = split(rec.key, rec.value)[i]
+        ref_key, ref_value = split_record(rec.key, rec.value)[i]
         assert form.option == "claim-check"
         assert NAME.fullmatch(form.object_name or "")
         assert form.location == cfg_uri.rstrip("/") + "/" + form.object_name
@@ -228,14 +199,14 @@ def test_claim_check_references_and_their_objects(architecture: str, compression
         full_key, full_value = read_object(sim.claim_check_objects[form.object_name])
         assert len(full_key) + len(full_value) + OVERHEAD > limit
         assert key_pairs(full_key) == [p for p in pairs if p[0] not in ("ohk", "ccl")]
-        full = json.loads(inflate(full_value, compression))
+        full = json.loads(decompress_value(full_value, compression))
         if ev.row_kind == "delete":
             assert list(full) == ["d"] and image(full["d"]) == ev.old
         else:
             assert image(full["u"]) == ev.new and (image(full["p"]) if "p" in full else None) == ev.old
 
         # The reference's value: the handle-key columns of the same images, compressed alike.
-        reduced = json.loads(inflate(ref_value, compression))
+        reduced = json.loads(decompress_value(ref_value, compression))
         assert list(reduced) == list(full)
         for name, cols in reduced.items():
             assert image(cols) == handle_key(image(full[name]))
@@ -263,8 +234,8 @@ def test_large_values_hold_the_handle_key_columns_of_each_image(architecture: st
     assert [where(refs, r, i) for r, i, _, _ in large] == [where(hko, r, i) for r, i, _, _ in other]
     kinds = set()
     for (rec, i, ev, _), (hrec, hi, _, _) in zip(large, other, strict=True):
-        value = split(rec.key, rec.value)[i][1]
-        assert split(hrec.key, hrec.value)[hi][1] == value
+        value = split_record(rec.key, rec.value)[i][1]
+        assert split_record(hrec.key, hrec.value)[hi][1] == value
         doc = json.loads(value)
         kinds.add(ev.row_kind)
         hk = handle_key(ev.old if ev.row_kind == "delete" else ev.new)
@@ -297,13 +268,13 @@ def test_handle_key_only_events(architecture: str) -> None:
     assert large
     for rec, i, ev, form in large:
         assert form == simulator.LargeMessage("handle-key-only")
-        key, value = split(rec.key, rec.value)[i]
+        key, value = split_record(rec.key, rec.value)[i]
         expected = ["ts", "scm", "tbl", "t", "ohk"]
         if architecture == "classic":
             expected.insert(3, "rid")
         assert [n for n, _ in key_pairs(key)] == expected and dict(key_pairs(key))["ohk"] is True
         assert key.endswith(b',"t":1,"ohk":true}')
-        doc = json.loads(inflate(value, "snappy"))
+        doc = json.loads(decompress_value(value, "snappy"))
         for cols in doc.values():
             assert set(cols) <= {"id"}
         main = doc.get("d", doc.get("u"))

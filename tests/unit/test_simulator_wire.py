@@ -1,23 +1,23 @@
 """The simulator's wire format: Go-compatible formatting, then whole records read back.
 
 Expected strings are what Go produces (strconv.Quote documentation, encoding/json rules). Records
-are read back with a small reader and Go-style unquoter written here from the specification,
-independent of the project's decoder, and compared with the events the simulator says it sent.
+are read back with a small reader (its framing: tests/builders.py's split_record) and Go-style
+unquoter written from the specification, independent of the project's decoder, and compared with
+the events the simulator says it sent.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import struct
 
-import cramjam
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from applier.simulator.golang import Float32, go_float, go_json, go_quote
 from applier.simulator.stream import SimEvent, StreamConfig, simulate
+from tests.builders import decompress_value, split_record
 
 _SHORT = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34}
 
@@ -157,30 +157,10 @@ _BLOB_CODES = {249, 250, 251, 252}
 
 def read_record(key: bytes, value: bytes, compression: str | None) -> list[tuple[dict, dict | None]]:
     """(key JSON, value JSON or None for an empty value) pairs of one record, per docs/open-protocol.md §1."""
-    (version,) = struct.unpack(">Q", key[:8])
-    assert version == 1
-    keys, values = [], []
-    pos = 8
-    while pos < len(key):
-        (n,) = struct.unpack(">Q", key[pos : pos + 8])
-        keys.append(key[pos + 8 : pos + 8 + n])
-        pos += 8 + n
-    assert pos == len(key)
-    pos = 0
-    while pos < len(value):
-        (n,) = struct.unpack(">Q", value[pos : pos + 8])
-        values.append(value[pos + 8 : pos + 8 + n])
-        pos += 8 + n
-    assert pos == len(value)
-    assert len(keys) == len(values)
-    out = []
-    for k, v in zip(keys, values, strict=True):
-        if v and compression == "snappy":
-            v = bytes(cramjam.snappy.decompress_raw(v))
-        elif v and compression == "lz4":
-            v = bytes(cramjam.lz4.decompress(v))
-        out.append((json.loads(k), json.loads(v) if v else None))
-    return out
+    return [
+        (json.loads(k), json.loads(decompress_value(v, compression)) if v else None)
+        for k, v in split_record(key, value)
+    ]
 
 
 def decode_column(col: dict, legacy: bool) -> tuple[int, int, object]:
@@ -265,11 +245,7 @@ def test_json_field_order_and_sorted_columns_like_go() -> None:
     sim = simulate(StreamConfig(seed=13, transactions=30, row_ids=True))
     seen_rid = False
     for rec in sim.records:
-        pos = 8
-        while pos < len(rec.key):
-            (n,) = struct.unpack(">Q", rec.key[pos : pos + 8])
-            raw = rec.key[pos + 8 : pos + 8 + n]
-            pos += 8 + n
+        for raw, _ in split_record(rec.key, rec.value):
             fields = list(json.loads(raw))
             order = ["ts", "scm", "tbl", "rid", "t"]
             assert fields == [f for f in order if f in fields]

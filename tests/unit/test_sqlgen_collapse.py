@@ -17,7 +17,7 @@ from applier.codec.events import (
     RowKind,
 )
 from sqlgen import PlanError, plan_window
-from tests.builders import PK, apply_keyed_plan, keyed_image, keyless_image, row_event
+from tests.builders import PK, KeyedRows, apply_keyed_plan, keyed_image, keyless_image, row_event
 
 INT, VARCHAR, FLOAT, JSON = 3, 15, 4, 245
 
@@ -241,14 +241,11 @@ def _simulate(seed: int, dispatch: str) -> None:
     windows of several transactions; apply each window's plan to a model of the downstream with
     REPLACE semantics and compare with upstream after every window."""
     rnd = random.Random(seed)
-    rows: dict[int, tuple[int, int, str]] = {}  # upstream: internal row id -> (id, u, v)
-    next_rid = 0
-    ids = list(range(8))
-    us = list(range(8))
+    upstream = KeyedRows(ids=range(8), us=range(8))
+    rows = upstream.rows
     for _ in range(4):
-        rid = next_rid
-        next_rid += 1
-        rows[rid] = (ids[rid], us[rid], "init")
+        rid = next(upstream.rids)
+        rows[rid] = (rid, rid, "init")
     downstream: dict[int, tuple[str, str]] = {r[0]: (str(r[1]), r[2]) for r in rows.values()}
     ts = 100
     for _window in range(6):
@@ -257,32 +254,8 @@ def _simulate(seed: int, dispatch: str) -> None:
             ts += 1
             before = dict(rows)
             for _op in range(rnd.randint(1, 4)):
-                choice = rnd.random()
-                live = list(rows)
-                free_ids = [i for i in ids if i not in {r[0] for r in rows.values()}]
-                free_us = [u for u in us if u not in {r[1] for r in rows.values()}]
-                if choice < 0.25 and free_ids and free_us:
-                    rows[next_rid] = (rnd.choice(free_ids), rnd.choice(free_us), f"v{ts}")
-                    next_rid += 1
-                elif choice < 0.4 and live:
-                    del rows[rnd.choice(live)]
-                elif choice < 0.6 and len(live) >= 2:  # swap unique values
-                    a, b = rnd.sample(live, 2)
-                    ra, rb = rows[a], rows[b]
-                    rows[a], rows[b] = (ra[0], rb[1], ra[2]), (rb[0], ra[1], rb[2])
-                elif choice < 0.8 and len(live) >= 2:  # swap primary keys
-                    a, b = rnd.sample(live, 2)
-                    ra, rb = rows[a], rows[b]
-                    rows[a], rows[b] = (rb[0], ra[1], ra[2]), (ra[0], rb[1], rb[2])
-                elif live:
-                    a = rnd.choice(live)
-                    ra = rows[a]
-                    new_id = rnd.choice(free_ids) if free_ids and rnd.random() < 0.5 else ra[0]
-                    rows[a] = (new_id, ra[1], f"v{ts}")
-            for rid in set(before) | set(rows):
-                old, new = before.get(rid), rows.get(rid)
-                if old == new:
-                    continue
+                upstream.statement(rnd, rnd.random(), (0.25, 0.4, 0.6, 0.8, 1.0), ts)
+            for old, new in upstream.changes(before):
                 o = keyed_image(old[0], str(old[1]), old[2]) if old else None
                 n = keyed_image(new[0], str(new[1]), new[2]) if new else None
                 if old and new and old[0] == new[0]:

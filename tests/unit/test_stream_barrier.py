@@ -675,13 +675,29 @@ class Applied:
     snapshots: list[CheckpointState] = field(default_factory=list)  # after each window
 
 
+def start_consuming(
+    stream: Stream, state: CheckpointState, start: dict[int, int] | None
+) -> tuple[Barrier, dict[int, int], Applied]:
+    """Where every consumer of these tests begins: a barrier over the stream's partitions resumed
+    from ``state``, the next record to read of each partition (``start``, else the first) and an
+    empty record of what was applied."""
+    return Barrier(range(stream.partitions), state), dict(start or {p: 0 for p in stream.records}), Applied()
+
+
+def check_window(barrier: Barrier, w: Window) -> None:
+    """What every window the barrier hands out holds, built ahead or not: nothing above the global
+    resolved ts, rows only inside its ts range, and a DDL alone, right after everything below it."""
+    assert w.target_ts <= barrier.global_resolved()
+    assert all(w.base_ts < r.commit_ts <= w.target_ts for r in w.rows)
+    if w.ddl is not None:
+        assert not w.rows and w.target_ts == w.ddl.commit_ts - 1
+
+
 def consume(
     stream: Stream, state: CheckpointState, rnd: random.Random, start: dict[int, int] | None = None
 ) -> Applied:
     """Feed the stream like the Kafka loop (random interleaving of partitions, random apply points)."""
-    barrier = Barrier(range(stream.partitions), state)
-    cursor = dict(start or {p: 0 for p in stream.records})
-    out = Applied()
+    barrier, cursor, out = start_consuming(stream, state, start)
 
     def apply_some(everything: bool) -> None:
         while True:
@@ -689,10 +705,7 @@ def consume(
             w = barrier.next_window(**kwargs)
             if w is None:
                 return
-            assert w.target_ts <= barrier.global_resolved()
-            assert all(w.base_ts < r.commit_ts <= w.target_ts for r in w.rows)
-            if w.ddl is not None:
-                assert not w.rows and w.target_ts == w.ddl.commit_ts - 1
+            check_window(barrier, w)
             barrier.mark_applied(w)
             assert barrier.resume_offsets() == w.resume_offsets
             out.windows.append(w)

@@ -23,8 +23,10 @@ from tests.unit.test_stream_barrier import (
     Feeds,
     Stream,
     check_order,
+    check_window,
     consume,
     run_once_and_pick_a_crash,
+    start_consuming,
     summary,
 )
 
@@ -43,9 +45,7 @@ def checkpoint_of(barrier: Barrier, window: Window) -> CheckpointState:
 def consume_pipelined(
     stream: Stream, state: CheckpointState, rnd: random.Random, start: dict[int, int] | None = None
 ) -> Applied:
-    barrier = Barrier(range(stream.partitions), state)
-    cursor = dict(start or {p: 0 for p in stream.records})
-    out = Applied()
+    barrier, cursor, out = start_consuming(stream, state, start)
     queue: list[Window] = []  # queue[0] is in flight, queue[1] prepared ahead
 
     def build() -> bool:
@@ -61,10 +61,7 @@ def consume_pipelined(
             return False
         if w is None:
             return False
-        assert w.target_ts <= barrier.global_resolved()
-        assert all(w.base_ts < r.commit_ts <= w.target_ts for r in w.rows)
-        if w.ddl is not None:
-            assert not w.rows and w.target_ts == w.ddl.commit_ts - 1
+        check_window(barrier, w)
         queue.append(w)
         return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,7 @@ from applier.codec.events import (
 from applier.stream.barrier import Barrier
 from applier.stream.spill import GroupPart, SpillDir, StreamedRows, pack_row, unpack_row
 from sqlgen import plan_window, split_phases
-from tests.builders import PK, apply_keyed_plan, keyed_image, keyless_image, row_event
+from tests.builders import PK, KeyedRows, apply_keyed_plan, keyed_image, keyless_image, row_event
 
 INS, UPD, DEL = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
 
@@ -125,33 +126,13 @@ def _workload(rnd: random.Random, ts: int, ops: int, rows: dict, bag: Counter) -
     """One upstream transaction of ``ops`` statements on t (id PK, u UNIQUE) and keyless n, as
     TiCDC sends it (one net change per row; primary-key changes split, or sometimes not)."""
     before, bag_before = dict(rows), Counter(bag)
-    next_rid = max(rows, default=0) + 1
+    rids = itertools.count(max(rows, default=0) + 1)  # above every row of ``before``
+    upstream = KeyedRows(ids=range(40), us=range(40), rows=rows, rids=rids)
     for _ in range(ops):
-        live = list(rows)
-        used_ids = {r[0] for r in rows.values()}
-        used_us = {r[1] for r in rows.values()}
-        free_ids = [i for i in range(40) if i not in used_ids]
-        free_us = [u for u in range(40) if u not in used_us]
         choice = rnd.random()
-        if choice < 0.25 and free_ids and free_us:
-            rows[next_rid] = (rnd.choice(free_ids), rnd.choice(free_us), f"v{ts}")
-            next_rid += 1
-        elif choice < 0.35 and live:
-            del rows[rnd.choice(live)]
-        elif choice < 0.5 and len(live) >= 2:
-            a, b = rnd.sample(live, 2)
-            ra, rb = rows[a], rows[b]
-            rows[a], rows[b] = (ra[0], rb[1], ra[2]), (rb[0], ra[1], rb[2])
-        elif choice < 0.65 and len(live) >= 2:
-            a, b = rnd.sample(live, 2)
-            ra, rb = rows[a], rows[b]
-            rows[a], rows[b] = (rb[0], ra[1], ra[2]), (ra[0], rb[1], rb[2])
-        elif choice < 0.8 and live:
-            a = rnd.choice(live)
-            ra = rows[a]
-            new_id = rnd.choice(free_ids) if free_ids and rnd.random() < 0.5 else ra[0]
-            rows[a] = (new_id, ra[1], f"v{ts}")
-        elif choice < 0.9:
+        if upstream.statement(rnd, choice, (0.25, 0.35, 0.5, 0.65, 0.8), ts):
+            continue  # a statement on t; the draws above 0.8 are statements on the keyless n
+        if choice < 0.9:
             bag[(rnd.randint(1, 3), rnd.choice("xy"))] += 1
         elif bag:
             key = rnd.choice(sorted(bag))
@@ -159,10 +140,7 @@ def _workload(rnd: random.Random, ts: int, ops: int, rows: dict, bag: Counter) -
             if not bag[key]:
                 del bag[key]
     out: list[RowEvent] = []
-    for rid in set(before) | set(rows):
-        old, new = before.get(rid), rows.get(rid)
-        if old == new:
-            continue
+    for old, new in upstream.changes(before):
         o = keyed_image(old[0], str(old[1]), old[2]) if old else None
         n = keyed_image(new[0], str(new[1]), new[2]) if new else None
         if old and new and (old[0] == new[0] or rnd.random() < 0.3):
