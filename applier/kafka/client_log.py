@@ -68,6 +68,10 @@ def broker_of(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _named(broker: str | None) -> dict[str, str]:
+    return {} if broker is None else {"broker": broker}
+
+
 @dataclass
 class _Seen:
     """A condition since its last line: when that was, how often it came since, the last text."""
@@ -142,7 +146,9 @@ class KafkaClientLog:
         text = err.str()
         self.last_error = text
         if err.code() == _UNREACHABLE and self.unreachable_since is None:
-            self.unreachable_since = self._clock()
+            self.unreachable_since = now = self._clock()
+            with self._lock:  # later reports of the same outage are repeats of this line
+                self._seen[(err.name(), None)] = _Seen(now, "warning", text)
             if not self.quiet:
                 self._log.warning(
                     "kafka: no broker reachable; the client retries until one answers",
@@ -185,7 +191,7 @@ class KafkaClientLog:
             if seen is None:
                 self._seen[(kind, broker)] = _Seen(now, method, text)
                 if not self.quiet:
-                    getattr(self._log, method)("kafka: " + text, kind=kind, broker=broker)
+                    getattr(self._log, method)("kafka: " + text, kind=kind, **_named(broker))
                 return
             seen.count += 1
             seen.text = text
@@ -197,7 +203,7 @@ class KafkaClientLog:
             getattr(self._log, seen.method)(
                 f"kafka: {key[0]} repeated {seen.count} times in {now - seen.logged_at:.0f} s",
                 kind=key[0],
-                broker=key[1],
+                **_named(key[1]),
                 repeats=seen.count,
                 last=seen.text,
             )

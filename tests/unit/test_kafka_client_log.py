@@ -104,7 +104,7 @@ def test_levels_follow_librdkafka() -> None:
 def test_the_log_handler_reads_what_confluent_kafka_passes() -> None:
     log, rec, _ = client()
     log.logger.log(logging.ERROR, "%s [%s] %s", "SASL", "ticdc-applier#consumer-1", "b/1: auth failed")
-    assert rec.lines == [("error", "kafka: b/1: auth failed", {"kind": "SASL", "broker": None})]
+    assert rec.lines == [("error", "kafka: b/1: auth failed", {"kind": "SASL"})]
 
 
 def test_unreachable_until_a_broker_is_up_again_each_said_once() -> None:
@@ -117,14 +117,18 @@ def test_unreachable_until_a_broker_is_up_again_each_said_once() -> None:
         clock.now += 0.1
         log.on_error(transport())
         log.on_stats(stats("INIT", "DOWN", "CONNECT"))
-    assert log.unreachable_since == 100.0 and log.last_error == REFUSED
+        log.on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert log.unreachable_since == 100.0
     assert len(rec.lines) == 2  # the outage and the first refused connection
     clock.now = 108.0
     log.on_stats(stats("INIT", "UP"))
     assert log.unreachable_since is None
     method, event, kw = rec.lines[-1]
     assert (method, event) == ("info", "kafka: broker reachable again after 8.0 s")
-    assert kw == {"unreachable_seconds": 8.0, "repeats": {"_TRANSPORT 127.0.0.1:9092/1": 49}}
+    assert kw == {
+        "unreachable_seconds": 8.0,
+        "repeats": {"_TRANSPORT 127.0.0.1:9092/1": 49, "_ALL_BROKERS_DOWN": 50},
+    }
     log.on_stats(stats("UP"))
     assert len(rec.lines) == 3  # recovery said once
     log.on_error(transport())  # a new outage's first failure is news again
