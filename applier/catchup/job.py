@@ -48,6 +48,7 @@ from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_key
 from applier.codec.events import DDLEvent, RowEvent
 from applier.downstream.lock import ActiveLock
 from applier.errors import FatalError, fatal_in_task, task_error_line
+from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.reader import base_consumer_config
 from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
@@ -165,7 +166,7 @@ class CatchupJob:
 
                 cfg = self.cfg
                 conf = base_consumer_config(cfg.kafka_bootstrap, cfg.group_id, cfg.kafka_config)
-                source = KafkaOffsets(Consumer(conf), self.topic)
+                source = KafkaOffsets(Consumer(KafkaClientLog().install(conf)), self.topic)
             self._run(ckpt, source)
         finally:
             if own_source and isinstance(source, KafkaOffsets):

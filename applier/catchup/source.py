@@ -41,6 +41,7 @@ from applier.catchup.offsets import OffsetRange
 from applier.catchup.rows import SPARK_SCHEMA, BatchBuilder
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.errors import fatal_in_task
+from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.reader import KafkaReadError, base_consumer_config, is_fatal_kafka_error
 from applier.large_messages.resolver import LargeMessageQueue
 from applier.large_messages.settings import LargeMessageSettings
@@ -81,6 +82,10 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     conf = base_consumer_config(spec.bootstrap, spec.group_id, spec.kafka_config)
     conf.setdefault("fetch.max.bytes", 52428800)
     conf.setdefault("max.partition.fetch.bytes", 8388608)
+    # Executors log nothing of librdkafka (nobody configures their output): its last error is
+    # quoted by the exception that fails the task instead.
+    client_log = KafkaClientLog(quiet=True)
+    client_log.install(conf)
     builder = BatchBuilder(spec.lower_ts, collapse_upto=spec.collapse_upto)
     large = spec.large.queue(spec.options) if spec.large is not None else None
     consumer = Consumer(conf)
@@ -97,7 +102,8 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
             if not msgs and time.monotonic() - last_progress > STALL_SECONDS:
                 raise KafkaReadError(
                     f"topic {spec.topic!r} partition {rng.partition}: no record at offset {next_offset} "
-                    f"for {STALL_SECONDS:.0f}s (range ends at {rng.end})"
+                    f"for {STALL_SECONDS:.0f}s (range ends at {rng.end}; last Kafka client error: "
+                    f"{client_log.last_error})"
                 )
             for msg in msgs:
                 err = msg.error()

@@ -14,6 +14,7 @@ from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import DDLEvent, LargeMessageEvent, ResolvedEvent, RowEvent
 from applier.errors import EXIT_OK, FatalError
 from applier.kafka.reader import PartitionReader, Record, read_all
+from applier.ops.logs import configure
 
 
 @dataclass
@@ -74,6 +75,7 @@ def summarise(records: list[Record], topic: str, options: DecoderOptions) -> Str
 
 
 def run_decode(cfg) -> int:
+    configure(cfg.log_format, cfg.log_level)  # librdkafka's messages, on stderr (the summary is stdout)
     reader = PartitionReader(cfg.kafka_bootstrap, cfg.topic, "applier-decode", cfg.kafka_config)
     try:
         partitions = reader.discover_partitions()

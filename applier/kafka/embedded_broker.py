@@ -71,14 +71,20 @@ class EmbeddedBroker:
             self._log.close()  # type: ignore[attr-defined]
 
 
-def start_broker(port: int | None = None, timeout: float = 20.0) -> EmbeddedBroker:
-    """Start tansu with in-memory storage and wait until it accepts connections."""
+def start_broker(
+    port: int | None = None, timeout: float = 20.0, *, advertised_port: int | None = None
+) -> EmbeddedBroker:
+    """Start tansu with in-memory storage and wait until it accepts connections.
+
+    ``advertised_port``: the port clients are told to connect to, when a forwarder stands in front
+    of the broker (tests cut it to make the broker unreachable without losing its data)."""
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
+    advertised = f"tcp://127.0.0.1:{advertised_port or port}"
     fd, log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
     log = os.fdopen(fd, "wb")
     proc = subprocess.Popen(
-        [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+        [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -111,7 +117,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
     """Create a topic (tansu cannot add partitions later, so choose the count up front)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from applier.kafka.client_log import KafkaClientLog
+
+    admin = AdminClient(KafkaClientLog().install({"bootstrap.servers": bootstrap}))
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     for fut in futures.values():
         fut.result(timeout=timeout)

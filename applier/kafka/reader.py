@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from applier.errors import FatalError
+from applier.kafka.client_log import KafkaClientLog
 
 
 class KafkaReadError(FatalError, RuntimeError):
@@ -128,7 +129,13 @@ def base_consumer_config(bootstrap: str, group_id: str, extra: Mapping[str, str]
 
 def topic_partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
     """Partition ids of ``topic`` from the broker's metadata; a clear error when it cannot be read."""
-    md = consumer.list_topics(topic, timeout=timeout)
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaReadError(
+            f"topic {topic!r}: no broker answered a metadata request within {timeout:.0f}s "
+            f"({exc.args[0].str() if exc.args else exc})"
+        ) from None
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None or not tmd.partitions:
         reason = tmd.error if tmd is not None and tmd.error is not None else "no partitions"
@@ -155,6 +162,8 @@ class PartitionReader:
 
     ``consumer`` and ``oracle`` replace the librdkafka consumer and the offset listing in tests.
     ``lost_offset_advice`` ends the message of ``OffsetOutOfRange`` (what the operator can do).
+    ``client_log`` receives librdkafka's log and error events (applier/kafka/client_log.py) and
+    says whether a broker is reachable (``unreachable_since``).
     """
 
     PARTITION_CHECK_SECONDS = 30.0
@@ -177,10 +186,12 @@ class PartitionReader:
         lost_offset_advice: str = "",
         consumer: Any = None,
         oracle: OffsetOracle | None = None,
+        client_log: KafkaClientLog | None = None,
     ) -> None:
         self.topic = topic
+        self.client_log = client_log if client_log is not None else KafkaClientLog()
         if consumer is None:
-            consumer = Consumer(base_consumer_config(bootstrap, group_id, extra))
+            consumer = Consumer(self.client_log.install(base_consumer_config(bootstrap, group_id, extra)))
         self._consumer = consumer
         self.oracle: OffsetOracle = oracle if oracle is not None else self
         self.lost_offset_advice = lost_offset_advice
@@ -277,7 +288,9 @@ class PartitionReader:
         An offset Kafka no longer has raises ``OffsetOutOfRange`` (module docstring).
         """
         out: list[Record] = []
-        for msg in self._consumer.consume(max_records, timeout):
+        msgs = self._consumer.consume(max_records, timeout)
+        self.client_log.tick()
+        for msg in msgs:
             err = msg.error()
             if err is not None:
                 code = err.code()
@@ -349,6 +362,16 @@ class PartitionReader:
         """Whether a record of ``partition`` was returned by ``poll`` since it was assigned."""
         (tp,) = self._consumer.position([TopicPartition(self.topic, partition)])
         return tp.offset >= 0
+
+    @property
+    def unreachable_since(self) -> float | None:
+        """Monotonic time since which no broker is reachable; None while one is."""
+        return self.client_log.unreachable_since
+
+    @property
+    def last_kafka_error(self) -> str | None:
+        """The text of the client's last error event (what a broker that is down said last)."""
+        return self.client_log.last_error
 
     def all_at_end(self) -> bool:
         return bool(self.partitions) and self.at_end.issuperset(self.partitions)

@@ -14,7 +14,9 @@ Definitions (the operations documentation repeats them):
   replayed, with no committed window for that long); no statement of the daemon waiting on a lock
   for longer than ``stall_seconds`` (``applier.downstream.watch``); and not stalled: something was
   read or applied, or every partition was read to its end, within ``stall_seconds``. A standby is
-  alive but not ready, and says so. A single deadlock or a reconnect that succeeds at once is
+  alive but not ready, and says so. Not ready either while no Kafka broker is reachable
+  (``applier.kafka.client_log``: from librdkafka's "all brokers down" until a broker answers
+  again), however short the outage. A single deadlock or a reconnect that succeeds at once is
   normal operation and does not make the daemon unready.
 * **waiting healthily** (the systemd watchdog criterion) — alive, and in the active loop also not
   stalled: a loop that spins without reading or applying anything for ``stall_seconds`` while
@@ -72,6 +74,8 @@ class Health(Observer):
         self.last_retry_error: str | None = None
         self.waits: Sequence[StatementWait] = ()
         self.applied_ts = 0
+        self.kafka_unreachable_since: float | None = None  # the reader's clock: monotonic, as ours
+        self.kafka_error: str | None = None
 
     # -- hooks (daemon thread) ----------------------------------------------------------------
     def on_state(self, state: str) -> None:
@@ -112,6 +116,8 @@ class Health(Observer):
         now = self._clock()
         self.last_tick = now
         self.applying_since = None  # a tick happens between applies, never during one
+        self.kafka_unreachable_since = reader.unreachable_since
+        self.kafka_error = reader.last_kafka_error
         if progressed or reader.all_at_end():
             self.last_healthy = now
 
@@ -168,6 +174,12 @@ class Health(Observer):
                 f"({wait.description[:200]}); {wait.blocked_by()}"
             )
             return Verdict(False, "waiting on a lock", {**detail, "reason": reason})
+        unreachable = self.kafka_unreachable_since
+        if unreachable is not None:
+            reason = (
+                f"no Kafka broker reachable for {now - unreachable:.0f} s; last error: {self.kafka_error}"
+            )
+            return Verdict(False, "kafka unreachable", {**detail, "reason": reason})
         if failing is not None and failing >= self.retry_report_seconds:
             errors = ", ".join(f"{cls}={n}" for cls, n in sorted(self.retries.items()))
             reason = (

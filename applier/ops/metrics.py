@@ -79,6 +79,7 @@ class MetricsObserver(Observer):
         self._waits: Sequence[StatementWait] = ()
         self._waits_counted: set[int] = set()  # StatementWait.seq of the waits counted and still on
         self._checkpoint_ts = 0
+        self._kafka_unreachable_since: float | None = None  # monotonic, from the reader
         self._last_refresh = -1e18
         r = self.registry
         if process_metrics:
@@ -201,6 +202,12 @@ class MetricsObserver(Observer):
             self.retries.labels(cls)
         for kind in ("metadata", "row"):
             self.lock_waits.labels(kind)
+        unreachable = Gauge(
+            "applier_kafka_unreachable_seconds",
+            "How long no Kafka broker has been reachable (0: one is).",
+            registry=r,
+        )
+        unreachable.set_function(self._kafka_unreachable)
         self.errors = Counter(
             "applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"], registry=r
         )
@@ -225,6 +232,10 @@ class MetricsObserver(Observer):
 
     def _waiting(self) -> float:
         since = min((w.since for w in self._waits), default=None)
+        return 0.0 if since is None else self._monotonic() - since
+
+    def _kafka_unreachable(self) -> float:
+        since = self._kafka_unreachable_since
         return 0.0 if since is None else self._monotonic() - since
 
     def _set_checkpoint(self, ts: int) -> None:
@@ -278,6 +289,7 @@ class MetricsObserver(Observer):
 
     def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:
         now = self._clock()
+        self._kafka_unreachable_since = reader.unreachable_since
         if progressed:
             self.last_progress.set(now)
         if now - self._last_refresh < (self.REFRESH_BUSY if progressed else self.REFRESH):

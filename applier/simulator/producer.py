@@ -32,9 +32,10 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
     """
     from confluent_kafka.admin import AdminClient
 
+    from applier.kafka.client_log import KafkaClientLog
     from applier.kafka.embedded_broker import create_topic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(KafkaClientLog().install({"bootstrap.servers": bootstrap}))
     metadata = admin.list_topics(timeout=timeout)
     existing = metadata.topics.get(topic)
     if existing is None or (existing.error is not None and not existing.partitions):
@@ -61,6 +62,8 @@ def produce_records(
     """
     from confluent_kafka import KafkaException, Producer
 
+    from applier.kafka.client_log import KafkaClientLog
+
     conf = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -76,7 +79,7 @@ def produce_records(
         if err is not None:
             errors.append(f"partition {msg.partition()}: {err}")
 
-    producer = Producer(conf)
+    producer = Producer(KafkaClientLog().install(conf))
     sent = 0
     try:
         for rec in records:

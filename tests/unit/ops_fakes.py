@@ -39,6 +39,8 @@ class FakeBarrier:
 class FakeReader:
     at_end: bool = False
     paused: frozenset[int] = frozenset()
+    unreachable_since: float | None = None
+    last_kafka_error: str | None = None
 
     def all_at_end(self) -> bool:
         return self.at_end

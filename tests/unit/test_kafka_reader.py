@@ -158,6 +158,14 @@ def test_the_consumer_never_resets_offsets_by_itself(monkeypatch: pytest.MonkeyP
     PartitionReader("k:9092", TOPIC, "g", {"auto.offset.reset": "earliest", "client.id": "x"})
     assert seen[0]["auto.offset.reset"] == "error"  # even when the pass-through says otherwise
     assert seen[0]["client.id"] == "x"
+    # librdkafka's log and error events go to the structured log, never to stderr directly
+    assert seen[0]["logger"] is not None and seen[0]["error_cb"] is not None
+
+
+def test_a_broker_that_does_not_answer_the_metadata_request_is_one_clear_error() -> None:
+    r = reader(FakeConsumer(topic_partitions=[0], metadata_fails=True))
+    with pytest.raises(KafkaReadError, match="no broker answered a metadata request within 15s"):
+        r.discover_partitions()
 
 
 # -- partitions added while running -----------------------------------------------------------------

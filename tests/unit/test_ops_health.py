@@ -111,3 +111,21 @@ def test_health_a_long_apply_is_alive_a_stuck_loop_is_not() -> None:
     h.on_error("ApplyError")
     h.on_state("failed")
     assert not h.alive().ok and h.alive().detail["error"] == "ApplyError"
+
+
+def test_health_is_unready_while_no_kafka_broker_is_reachable() -> None:
+    clock = Clock()
+    h = Health(clock=clock)
+    h.on_state("active")
+    h.on_ready()
+    h.on_tick(FakeBarrier(), FakeReader(at_end=True), progressed=False)
+    assert h.ready().ok
+    down = FakeReader(at_end=True, unreachable_since=clock.now, last_kafka_error="b/1: Connection refused")
+    clock.now += 8
+    h.on_tick(FakeBarrier(), down, progressed=False)
+    r = h.ready()
+    assert not r.ok and r.status == "kafka unreachable"
+    assert r.detail["reason"] == "no Kafka broker reachable for 8 s; last error: b/1: Connection refused"
+    assert h.alive().ok  # waiting for the broker is alive: no restart
+    h.on_tick(FakeBarrier(), FakeReader(at_end=True), progressed=False)
+    assert h.ready().ok

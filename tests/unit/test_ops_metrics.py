@@ -111,3 +111,15 @@ def test_the_lag_keeps_growing_while_nothing_is_applied() -> None:
     assert _samples(m)[("applier_lag_seconds", ())] == pytest.approx(1)
     clock.now += 60
     assert _samples(m)[("applier_lag_seconds", ())] == pytest.approx(61)
+
+
+def test_kafka_unreachable_seconds_grow_while_no_broker_answers() -> None:
+    mono = Clock(500.0)
+    m = MetricsObserver(monotonic=mono, process_metrics=False)
+    assert _samples(m)[("applier_kafka_unreachable_seconds", ())] == 0
+    barrier = FakeBarrier(TS, {0: FakeListener(TS, None, 0)})
+    m.on_tick(barrier, FakeReader(unreachable_since=500.0), progressed=False)  # type: ignore[arg-type]
+    mono.now += 8
+    assert _samples(m)[("applier_kafka_unreachable_seconds", ())] == 8  # evaluated at scrape time
+    m.on_tick(barrier, FakeReader(), progressed=False)  # type: ignore[arg-type]
+    assert _samples(m)[("applier_kafka_unreachable_seconds", ())] == 0
