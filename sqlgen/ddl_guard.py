@@ -51,7 +51,7 @@ from applier.errors import ApplierError
 from sqlgen.ddl import SKIP_DDL_TYPES
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, STRING, TIDB_COMMENT, WORD, Token, tokenize
 
-__all__ = ["ALWAYS_RESERVED", "DDLTargets", "HostileDDL", "check_ddl"]
+__all__ = ["ALWAYS_RESERVED", "DDLTargets", "HostileDDL", "TableFlow", "check_ddl", "table_flows"]
 
 ALWAYS_RESERVED = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 """The server's own schemas: no replicated DDL may touch them."""
@@ -69,6 +69,18 @@ class DDLTargets:
 
     schemas: frozenset[str]
     tables: frozenset[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class TableFlow:
+    """A table a statement takes a definition or rows from, and the table they go to: the old and
+    new name of a RENAME (``moves``: the source is gone after it), the source and the new table of
+    ``CREATE TABLE ... LIKE`` (the source stays), each direction of EXCHANGE PARTITION (both move).
+    The table filter needs the direction: the key names only one side (docs/open-protocol.md §8.1)."""
+
+    source: tuple[str, str]
+    target: tuple[str, str]
+    moves: bool
 
 
 # --- statement kinds and the type codes that may carry them ---------------------------------------
@@ -711,3 +723,36 @@ def _rename(w: _Walk) -> Parsed:
         w.i += 1
     _expect_end(w, RENAME)
     return RENAME, news, olds
+
+
+def table_flows(query: str, schema: str) -> list[TableFlow]:
+    """The :class:`TableFlow` of a DDL the decoder already accepted (:func:`check_ddl`); none for
+    statements without a second table, or whose text does not parse. Unqualified names resolve
+    against ``schema`` (the key's), as in :func:`check_ddl`."""
+    try:
+        walk = _Walk(_one_statement(_significant(query, True)), schema)
+        kind, objects, seconds = _parse(walk, 0)
+    except HostileDDL:
+        return []
+    if kind == RENAME:  # _rename returns (new names, old names)
+        return [TableFlow(old, new, True) for new, old in zip(objects, seconds, strict=True)]
+    if kind == CREATE_TABLE and seconds and _like_form(walk):
+        return [TableFlow(seconds[0], objects[0], False)]
+    if kind == ALTER_TABLE and objects:
+        walk.i = 0
+        renamed = _alter_rename_target(walk)
+        if renamed is not None:
+            return [TableFlow(objects[0], renamed, True)]
+        partner = _exchange_partner(walk)
+        if partner is not None:
+            return [TableFlow(partner, objects[0], True), TableFlow(objects[0], partner, True)]
+    return []
+
+
+def _like_form(w: _Walk) -> bool:
+    """Is the CREATE TABLE just walked ``CREATE TABLE t LIKE s`` or ``... (LIKE s)``, rather than a
+    body whose REFERENCES name other tables? (LIKE in a body is an operator, inside a CHECK.)"""
+    return any(
+        w.word(i) == "LIKE" and (w.depth[i] == 0 or (w.depth[i] == 1 and w.punct("(", i - 1)))
+        for i in range(len(w.toks))
+    )

@@ -56,6 +56,7 @@ from applier.ops.logs import get_logger
 from applier.settings.downstream import downstream_config
 from applier.settings.schema import Config
 from applier.stream.progress import ddl_key
+from applier.stream.table_filter import table_event_filter
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
 from sqlgen import Dialect, TablePlan, plan_table
 
@@ -115,6 +116,7 @@ class CatchupJob:
         self._progress_interval = progress_interval
         self.log = get_logger(component="catchup", changefeed=cfg.group_id, topic=cfg.topic)
         self.summary = Summary(from_ts=self.from_ts)
+        self.tables = table_event_filter(cfg.table_filter(), self.log)  # applied in the reading tasks
         self.lock: ActiveLock | None = None
         self.dialect: Dialect | None = None
         self.ddl_executor: DDLExecutor | None = None
@@ -249,6 +251,7 @@ class CatchupJob:
                 lower_ts=lower,
                 collapse_upto=collapse_upto,
                 large=self.large if self.large.configured else None,
+                filter=self.tables.tables.rules if self.tables is not None else (),
             )
             progress.stage("scan", total_records=total)
             skeleton_tab = self._empty_skeleton()
@@ -276,6 +279,9 @@ class CatchupJob:
                 )
             skeleton = Skeleton.from_arrow(skeleton_tab, self.topic)
             s.records, s.events = skeleton.records_read, skeleton.row_events
+            if self.tables is not None:  # the reading tasks dropped them; said here, once each
+                for schema, table in sorted(skeleton.filtered_tables):
+                    self.tables.note_skipped(schema, table)
             progress.records_read = s.records
             resolved = partition_resolved(skeleton.controls, partitions, lower)
             r = global_resolved(resolved, self.until)

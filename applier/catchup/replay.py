@@ -64,6 +64,7 @@ class Skeleton:
     row_events: int = 0
     keyed_tables: set[TableKey] = field(default_factory=set)
     keyless_tables: set[TableKey] = field(default_factory=set)
+    filtered_tables: set[TableKey] = field(default_factory=set)  # by the table filter (tbl '': schema)
 
     @classmethod
     def from_arrow(cls, table: pa.Table, topic: str) -> Skeleton:
@@ -74,6 +75,8 @@ class Skeleton:
         sk = cls(body)
         sk.records_read = int(pc.sum(stats["off"]).as_py() or 0)
         sk.row_events = int(pc.sum(stats["ts"]).as_py() or 0)
+        named = stats.filter(pc.is_valid(stats["scm"]))
+        sk.filtered_tables = set(zip(named["scm"].to_pylist(), named["tbl"].to_pylist(), strict=True))
         ctl = body.filter(pc.not_equal(body["kind"], ROW))
         c = {
             name: ctl[name].to_pylist()

@@ -8,7 +8,9 @@ images travel as opaque pickled blobs: nothing in the JVM needs to understand th
 One Arrow row per event (:data:`SPARK_SCHEMA`):
 
 - ``kind``: ROW, DDL, RESOLVED, or STATS (one per input range: ``off`` = records read there,
-  ``ts`` = row events decoded, so the driver counts what was read without another pass);
+  ``ts`` = row events decoded, so the driver counts what was read without another pass; and one
+  with ``scm``/``tbl`` and zero counts per table the table filter dropped events of, so the
+  driver says once which tables were filtered out);
 - ``part``, ``off``, ``idx``: where the event came from (partition, offset, index in the record);
 - rows: ``ts`` (commit ts), ``scm``/``tbl``, ``op`` (RowKind), ``keyed`` (some image has a
   handle-key column), ``hkey`` (the handle key, pickled (names, values): what the writers are
@@ -349,9 +351,12 @@ class BatchBuilder:
         self._best = {}
         self._best_keys = 0
 
-    def add_stats(self, partition: int) -> None:
-        """The range's counters row (kind STATS): ``off`` = records read, ``ts`` = row events."""
+    def add_stats(self, partition: int, filtered: Iterable[tuple[str, str]] = ()) -> None:
+        """The range's counters row (kind STATS): ``off`` = records read, ``ts`` = row events; and
+        a STATS row with zero counts naming each table (``tbl`` empty: schema) ``filtered`` out."""
         self._append(STATS, partition, self.records, 0, self.row_events)
+        for schema, table in sorted(filtered):
+            self._append(STATS, partition, 0, 0, 0, schema, table)
 
     def flush(self, final: bool = False) -> pa.RecordBatch:
         """The rows so far as one batch; ``final`` also writes out the collapse winners."""

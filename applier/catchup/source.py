@@ -9,7 +9,8 @@ retried task re-reads exactly the same records.
 
 Options (strings, as Spark passes them): ``bootstrap``, ``topic``, ``group_id``, ``ranges`` (JSON
 list of ``[partition, start, end]``), ``lower_ts``, ``legacy_base64_strings``, ``compression``,
-``reserved_schemas`` (JSON list, see :mod:`sqlgen.ddl_guard`),
+``reserved_schemas`` (JSON list, see :mod:`sqlgen.ddl_guard`), ``filter`` (JSON list of the
+table-filter rules, see :mod:`applier.stream.table_filter`),
 ``batch_rows``, ``collapse_upto`` (keep only the last op per handle key among the ops at or below
 this ts a task reads; empty: keep every op),
 ``secret.kafka_config`` (JSON of librdkafka settings; the ``secret`` prefix
@@ -45,6 +46,7 @@ from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.reader import KafkaReadError, base_consumer_config, is_fatal_kafka_error
 from applier.large_messages.resolver import LargeMessageQueue
 from applier.large_messages.settings import LargeMessageSettings
+from applier.stream.table_filter import EventFilter, TableFilter
 
 SOURCE_NAME = "ticdc_open_protocol"
 STALL_SECONDS = 120.0  # no record for this long inside a range that should hold more: give up
@@ -63,6 +65,7 @@ class ReadSpec:
     batch_rows: int = 20_000
     collapse_upto: int | None = None  # collapse ops at or below this ts in the reader (rows.py)
     large: LargeMessageSettings | None = None  # where large messages are read from, if anywhere
+    filter: tuple[str, ...] = ()  # table-filter rules (applier.stream.table_filter); none: every table
 
 
 class RangePartition(InputPartition):
@@ -88,6 +91,7 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     client_log.install(conf)
     builder = BatchBuilder(spec.lower_ts, collapse_upto=spec.collapse_upto)
     large = spec.large.queue(spec.options) if spec.large is not None else None
+    tables = EventFilter(TableFilter(spec.filter)) if spec.filter else None
     consumer = Consumer(conf)
     # Decoding allocates millions of short-lived dicts and creates no reference cycles; the cyclic
     # collector would only re-scan the live ones (collapse winners) over and over.
@@ -126,6 +130,8 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                 events = decode_record(
                     key, value, topic=spec.topic, partition=rng.partition, offset=off, options=spec.options
                 )
+                if tables is not None:  # as the daemon: the record still counts, without those events
+                    events = tables.keep(events)
                 if large is not None and (large.holds(rng.partition) or large.holds_large(events)):
                     large.add(rng.partition, (off, key, value), events, len(key or b"") + len(value or b""))
                     _add_resolved(builder, large, rng.partition)
@@ -147,7 +153,7 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
             large.close()
         if gc_was_enabled:
             gc.enable()
-    builder.add_stats(rng.partition)
+    builder.add_stats(rng.partition, tables.skipped if tables is not None else ())
     yield builder.flush(final=True)
 
 
@@ -175,6 +181,7 @@ class _Reader(DataSourceReader):
             lower_ts=int(options["lower_ts"]),
             batch_rows=int(options.get("batch_rows", "20000")),
             collapse_upto=int(options["collapse_upto"]) if options.get("collapse_upto") else None,
+            filter=tuple(json.loads(options.get("filter", "[]"))),
             large=pickle.loads(base64.b64decode(options["secret.large_messages"]))
             if options.get("secret.large_messages")
             else None,
@@ -215,6 +222,7 @@ def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
         "legacy_base64_strings": "true" if spec.options.legacy_base64_strings else "false",
         "compression": spec.options.compression or "",
         "reserved_schemas": json.dumps(sorted(spec.options.reserved_schemas)),
+        "filter": json.dumps(list(spec.filter)),
         "batch_rows": str(spec.batch_rows),
         "collapse_upto": "" if spec.collapse_upto is None else str(spec.collapse_upto),
         "secret.kafka_config": json.dumps(dict(spec.kafka_config)),

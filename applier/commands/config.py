@@ -20,6 +20,7 @@ def run_config_check(cfg: Config) -> int:
         "sources": cfg.sources,
         "downstream_effective": downstream.redacted(),
         "downstream_password": password_source(cfg, downstream),
+        "filter_effective": cfg.table_filter().describe(),  # the rules in force, in order
     }
     print(json.dumps(doc, indent=2, sort_keys=True))
     return EXIT_OK

@@ -34,7 +34,6 @@ from applier.apply.ddl import DDLExecutor
 from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.window_applier import PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
-from applier.codec.errors import MalformedRecordError
 from applier.codec.events import Event
 from applier.downstream.lock import ActiveLock, LockWait
 from applier.downstream.watch import StatementWatch
@@ -52,6 +51,7 @@ from applier.stream.listener import cache_bytes
 from applier.stream.partition_watch import PartitionWatch
 from applier.stream.progress import CheckpointState
 from applier.stream.spill import SpillDir, default_spill_root
+from applier.stream.table_filter import EventFilter, table_event_filter
 from checkpoint import CheckpointStore
 
 
@@ -120,6 +120,7 @@ class Daemon:
     _spilled_total = 0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
     large: LargeMessageQueue | None = None  # the large-message stage, when a source is configured
+    tables: EventFilter | None = None  # the table filter stage, when rules are configured
 
     def __init__(self, cfg: Config, observers: Sequence[Observer] = ()) -> None:
         self.cfg = cfg
@@ -129,6 +130,7 @@ class Daemon:
         self.options = cfg.decoder_options()
         self.downstream = downstream_config(cfg)  # raises ConfigurationError
         self.large = LargeMessageSettings.from_config(cfg).queue(self.options)
+        self.tables = table_event_filter(cfg.table_filter(), self.log)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
         self.lock: ActiveLock | None = None
         self.reader: PartitionReader | None = None
@@ -372,6 +374,7 @@ class Daemon:
         handed its successor every ``HANDOFF_RECORDS`` records.
         """
         watch, large, options, topic = self.watch, self.large, self.options, self.cfg.topic
+        tables = self.tables
         assert watch is not None
         flagged = self._flagged  # the same set _refuse adds to; rebound together below
         for n, rec in enumerate(records, 1):
@@ -393,7 +396,9 @@ class Daemon:
                     offset=rec.offset,
                     options=options,
                 )
-            except MalformedRecordError as exc:
+                if tables is not None:  # filtered tables' rows and DDLs dropped; the record still counts
+                    events = tables.keep(events)
+            except InputError as exc:  # a malformed record, or a DDL the filter cannot follow
                 self._refuse(rec.partition, exc)
                 continue
             if large is not None and (large.holds(rec.partition) or large.holds_large(events)):

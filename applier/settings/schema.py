@@ -13,11 +13,14 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from applier.codec.decoder import DecoderOptions
 from applier.downstream.url import SSL_MODES
 from applier.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from applier.stream.table_filter import TableFilter
 
 
 class ConfigError(ConfigurationError, ValueError):
@@ -72,6 +75,22 @@ def _parse_kv_list(items: Iterable[str] | Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _split_list(text: str) -> list[str]:
+    """A list setting given as one string (``APPLIER_FILTER``): one item per line when it holds a
+    newline (so an item may contain a comma), else separated by commas; blank items dropped."""
+    parts = text.splitlines() if "\n" in text else text.split(",")
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _parse_filter(rules: list[str]) -> tuple[str, ...]:
+    """Table-filter rules, each checked (applier.stream.table_filter); the error names the rule."""
+    from applier.stream.table_filter import TableFilter
+
+    if not all(isinstance(r, str) for r in rules):
+        raise ValueError("expected a list of rules (strings)")
+    return TableFilter(rules).rules
+
+
 def _parse_listen(text: str) -> str:
     """``HOST:PORT`` (``[v6]:PORT``, ``:PORT`` for every address) or ``off``; returned normalised."""
     s = str(text).strip()
@@ -120,7 +139,7 @@ class Setting:
     choices: tuple[str, ...] | None = None
     secret: bool = False
     required: bool = False
-    flag_kind: str = "value"  # value | bool | kv (repeatable key=value)
+    flag_kind: str = "value"  # value | bool | kv (repeatable key=value) | list (repeatable)
     commands: tuple[str, ...] = ("run",)
 
     @property
@@ -136,6 +155,8 @@ class Setting:
         try:
             if self.flag_kind == "kv":
                 value = _parse_kv_list(raw if not isinstance(raw, str) else raw.split(","))
+            elif self.flag_kind == "list":
+                value = self.parse(_split_list(raw) if isinstance(raw, str) else list(raw))
             elif self.flag_kind == "bool":
                 value = raw if isinstance(raw, bool) else _parse_bool(str(raw))
             elif isinstance(raw, str) or self.parse is str:
@@ -261,6 +282,16 @@ SETTINGS: tuple[Setting, ...] = (
         "claim-check objects and upstream rows fetched at once",
         default=8,
         parse=_parse_positive_int,
+        commands=("run", "catchup"),
+    ),
+    Setting(
+        "filter",
+        "table-filter rule as in TiCDC's [filter] rules: db.tbl, wildcards * ? [a-z], !rule excludes, "
+        "the last matching rule decides; repeatable (APPLIER_FILTER: comma- or newline-separated); "
+        "default: every table",
+        default=(),
+        parse=_parse_filter,
+        flag_kind="list",
         commands=("run", "catchup"),
     ),
     Setting(
@@ -439,6 +470,13 @@ class Config:
             reserved_schemas=frozenset({ckpt}) if ckpt else frozenset(),
         )
 
+    def table_filter(self) -> TableFilter:
+        """The tables this changefeed replicates (``filter``): the one place the daemon and the
+        catch-up build it."""
+        from applier.stream.table_filter import TableFilter
+
+        return TableFilter(self.values.get("filter") or ())
+
     def masked(self) -> dict[str, Any]:
         """The values with every secret hidden: what may be printed or logged."""
         from applier.ops.redact import redact_url
@@ -474,16 +512,18 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     """Add one flag per setting of ``command``; defaults stay None so precedence can be resolved later."""
     parser.add_argument("--config", metavar="FILE.toml", help="TOML configuration file")
     for s in settings_for(command):
-        extra = f" [env {s.env}; default {s.default!r}]" if s.default not in (None, {}) else f" [env {s.env}]"
+        shown = s.default not in (None, {}, ())
+        extra = f" [env {s.env}; default {s.default!r}]" if shown else f" [env {s.env}]"
         if s.choices:
             extra = f" ({'|'.join(s.choices)})" + extra
         if s.flag_kind == "bool":
             parser.add_argument(
                 s.flag, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + extra
             )
-        elif s.flag_kind == "kv":
+        elif s.flag_kind in ("kv", "list"):
+            metavar = "KEY=VALUE" if s.flag_kind == "kv" else s.name.upper()
             parser.add_argument(
-                s.flag, dest=s.name, action="append", default=None, metavar="KEY=VALUE", help=s.help + extra
+                s.flag, dest=s.name, action="append", default=None, metavar=metavar, help=s.help + extra
             )
         else:
             parser.add_argument(

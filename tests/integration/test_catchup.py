@@ -20,6 +20,7 @@ from tests.integration.catchup_support import (
     table_checksums,
 )
 from tests.integration.harness import Changefeed
+from tests.integration.test_daemon_filter import filter_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -92,3 +93,34 @@ def test_backlog_with_ddl_is_applied_and_handed_over_to_the_daemon(feed: Changef
     resolved, _ = feed.checkpoint()
     assert resolved == sim.final_resolved_ts
     assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+def test_catchup_with_a_filter_skips_the_filtered_tables_rows_and_ddl(feed: Changefeed, capfd) -> None:
+    """The rules reach the reading tasks: the filtered table's rows and its ALTER are skipped, the
+    others converge, the driver says once which table was filtered out, and the daemon goes on."""
+    cfg = StreamConfig(seed=23, partitions=3, transactions=200, schema=feed.new_schema())
+    sim = simulate(cfg)
+    alter = next(ev for ev in sim.ddl_events if ev.ddl_type == 5)
+    assert alter.table == "composite"
+    x = max(ts for ts in sim.resolved_points if ts < alter.commit_ts - 1 and ts < sim.resolved_points[8])
+    restore_backup(feed, sim, x)  # a backup restored with the same filter: no composite
+    conn = feed.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE `{sim.schema}`.composite")
+    conn.close()
+    ensure_topic(feed.bootstrap, feed.topic, cfg.partitions)
+    produce_records(feed.bootstrap, feed.topic, sim.records)
+    rules = filter_args(sim.schema)
+
+    summary = run_catchup_here(feed, x, *rules)
+    assert summary.resolved_ts == sim.final_resolved_ts
+    assert summary.ddls == 0  # the window's only DDL is the filtered ALTER
+    assert feed.compare(sim, sim.final_resolved_ts) == [f"{sim.schema}.composite: table missing downstream"]
+    said = capfd.readouterr()
+    assert (said.out + said.err).count(f"table {sim.schema}.composite filtered out") == 1
+
+    feed.extra_args += rules
+    done = feed.run_to_end()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.checkpoint()[0] == sim.final_resolved_ts
+    assert feed.compare(sim, sim.final_resolved_ts) == [f"{sim.schema}.composite: table missing downstream"]

@@ -42,6 +42,19 @@ def test_config_check_masks_secrets(capsys) -> None:
     assert "mysql://u:***@db:3306/" in out
 
 
+def test_config_check_prints_the_filter_in_force_and_refuses_a_bad_rule(capsys) -> None:
+    base = ["config", "check", "--kafka-bootstrap", "k:1", "--topic", "t", "--group-id", "g"]
+    base += ["--downstream", "mysql://u@db:3306/"]
+    assert main([*base, "--filter", "shop.*", "--filter", "!shop.audit"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["filter_effective"] == ["shop.*", "!shop.audit"]
+    assert doc["effective"]["filter"] == ["shop.*", "!shop.audit"]
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["filter_effective"] == ["*.* (no filter: every table)"]
+    assert main([*base, "--filter", "shop.[x"]) == 2
+    assert "rule 'shop.[x'" in capsys.readouterr().err
+
+
 def test_version_and_help() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "applier", "--version"], capture_output=True, text=True, check=True

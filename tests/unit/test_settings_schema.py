@@ -122,3 +122,32 @@ def test_kafka_pass_through_merges_file_and_variable_key_by_key(tmp_path: Path) 
     )
     assert cfg.kafka_config == {"security.protocol": "SASL_SSL", "sasl.username": "v", "sasl.password": "pw"}
     assert cfg.masked()["kafka_config"]["sasl.password"] == "***"
+
+
+def test_filter_rules_from_the_file_the_flag_or_the_variable(tmp_path: Path) -> None:
+    path = toml_file(tmp_path, "filter = ['shop.*', '!shop.audit_*']\n")
+    cfg = resolve("catchup", {**BASE, "from_ts": "1", "config": path}, environ={})
+    assert cfg.filter == ("shop.*", "!shop.audit_*") and cfg.sources["filter"] == "file"
+    assert not cfg.table_filter().matches_table("shop", "AUDIT_log")
+    # a repeated flag wins over the variable and the file
+    flags = {**BASE, "config": path, "filter": ["a.*", "!a.b"]}
+    cfg = resolve("run", flags, environ={"APPLIER_FILTER": "x.*"})
+    assert cfg.filter == ("a.*", "!a.b") and cfg.sources["filter"] == "flag"
+    # the variable: comma-separated, or one rule per line when it holds a newline
+    cfg = resolve("run", {**BASE, "config": path}, environ={"APPLIER_FILTER": " a.* , !a.b "})
+    assert cfg.filter == ("a.*", "!a.b") and cfg.sources["filter"] == "environment"
+    cfg = resolve("run", BASE, environ={"APPLIER_FILTER": "/^db\\d{1,2}$/.*\n!db1.x\n"})
+    assert cfg.filter == ("/^db\\d{1,2}$/.*", "!db1.x")
+    # default: every table
+    cfg = resolve("run", BASE, environ={})
+    assert cfg.filter == () and not cfg.table_filter().active
+
+
+def test_an_invalid_filter_rule_is_a_configuration_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"filter \(flag --filter\).*rule 'db\.\[a-'"):
+        resolve("run", {**BASE, "filter": ["*.*", "db.[a-"]}, environ={})
+    with pytest.raises(ConfigError, match=r"variable APPLIER_FILTER.*rule 'db-1\.t'"):
+        resolve("run", BASE, environ={"APPLIER_FILTER": "*.*,db-1.t"})
+    path = toml_file(tmp_path, "filter = [1, 2]\n")
+    with pytest.raises(ConfigError, match="list of rules"):
+        resolve("run", {**BASE, "config": path}, environ={})
