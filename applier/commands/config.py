@@ -20,6 +20,10 @@ def run_config_check(cfg: Config) -> int:
         "sources": cfg.sources,
         "downstream_effective": downstream.redacted(),
         "downstream_password": password_source(cfg, downstream),
+        "routes": {
+            "rules": cfg.router().describe(),
+            "order": "first matching rule wins; a table no rule matches keeps its names",
+        },
     }
     print(json.dumps(doc, indent=2, sort_keys=True))
     return EXIT_OK
