@@ -318,7 +318,17 @@ class Router:
 
     @classmethod
     def from_rules(cls, texts: Iterable[str], reserved_schemas: Iterable[str] = ()) -> Router:
-        return cls(tuple(parse_route_rule(t) for t in texts), frozenset(s.lower() for s in reserved_schemas))
+        """Parse ``texts``; a rule whose literal target schema is reserved is refused at once."""
+        router = cls(
+            tuple(parse_route_rule(t) for t in texts), frozenset(s.lower() for s in reserved_schemas)
+        )
+        for rule in router.rules:
+            template = rule.target_schema.template
+            if "{" not in template and template.lower() in router.reserved_schemas:
+                raise RouteRuleError(
+                    f"route rule {rule.text!r}: {template} is the applier's checkpoint schema"
+                )
+        return router
 
     def __bool__(self) -> bool:
         return bool(self.rules)

@@ -130,6 +130,7 @@ class Daemon:
         self.downstream = downstream_config(cfg)  # raises ConfigurationError
         self.large = LargeMessageSettings.from_config(cfg).queue(self.options)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
+        self.router = cfg.router()  # route rules; raises ConfigurationError
         self.lock: ActiveLock | None = None
         self.reader: PartitionReader | None = None
         self.applier: WindowApplier | None = None
@@ -212,7 +213,7 @@ class Daemon:
 
     def _run(self) -> int:
         cfg = self.cfg
-        router = cfg.router()
+        router = self.router
         dialect = prepare_downstream(self.downstream, self.store)
         self._become_active()
         assert self.lock is not None

@@ -92,11 +92,15 @@ def test_rule_texts_accept_every_setting_shape() -> None:
 
 
 def test_the_checkpoint_schema_is_never_a_target() -> None:
-    router = Router.from_rules(["*.*=ticdc_applier.{table}"], reserved_schemas=["ticdc_applier"])
+    with pytest.raises(RouteRuleError, match="checkpoint schema"):
+        Router.from_rules(["*.*=TICDC_applier.{table}"], reserved_schemas=["ticdc_applier"])
+    router = Router.from_rules(["*.*={schema}.{table}"], reserved_schemas=["ticdc_applier"])
+    assert router.table("src", "t") == ("src", "t")
+    router = Router.from_rules(["*.*=ticdc_{schema}.{table}"], reserved_schemas=["ticdc_applier"])
     with pytest.raises(RouteError, match="checkpoint schema"):
-        router.table("src", "t")
+        router.table("applier", "t")
     with pytest.raises(RouteError, match="checkpoint schema"):
-        router.schema("src")
+        router.schema("applier")
 
 
 def test_a_router_pickles_for_spark_tasks() -> None:
