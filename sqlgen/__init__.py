@@ -8,6 +8,8 @@ catch-up job (per DDL epoch, on executors) share it; every result is plain pickl
 - :mod:`sqlgen.collapse` — a window of row events -> final row states per table.
 - :mod:`sqlgen.dml` — plan -> parameterised DELETE / REPLACE / INSERT statements.
 - :mod:`sqlgen.ddl` — which DDL to run and how; TiDB-only clause removal.
+- :mod:`sqlgen.route` — routing rules: upstream schema/table -> downstream names.
+- :mod:`sqlgen.ddl_route` — DDL text with its names routed.
 - :mod:`sqlgen.errors` — MySQL error code classification.
 """
 
@@ -23,6 +25,7 @@ from sqlgen.collapse import (
     split_phases,
 )
 from sqlgen.ddl import SCHEMA_DDL_TYPES, SKIP_DDL_TYPES, DDLPlan, plan_ddl, translate_ddl
+from sqlgen.ddl_route import route_ddl
 from sqlgen.dialect import MARIADB, MYSQL, TIDB, Dialect, dialect_by_name
 from sqlgen.dml import Statement, statement_too_large, statements, table_statements
 from sqlgen.errors import (
@@ -36,6 +39,7 @@ from sqlgen.errors import (
     classify_dml_error,
 )
 from sqlgen.quoting import quote_ident, quote_ident_fmt, quote_table, quote_table_fmt
+from sqlgen.route import RouteError, Router, RouteRuleError
 
 __all__ = [
     "ALREADY_APPLIED_DDL_ERRORS",
@@ -54,6 +58,9 @@ __all__ = [
     "ErrorClass",
     "KeylessOp",
     "PlanError",
+    "RouteError",
+    "RouteRuleError",
+    "Router",
     "Statement",
     "TablePlan",
     "UpsertGroup",
@@ -68,6 +75,7 @@ __all__ = [
     "quote_ident_fmt",
     "quote_table",
     "quote_table_fmt",
+    "route_ddl",
     "split_phases",
     "statement_too_large",
     "statements",

@@ -46,6 +46,7 @@ from typing import Any, Literal
 from sqlgen.collapse import DeleteGroup, KeylessOp, TablePlan, UpsertGroup, WindowPlan
 from sqlgen.dialect import Dialect, packet_margin, packet_needed
 from sqlgen.quoting import column_list_fmt, quote_ident_fmt, quote_table, quote_table_fmt
+from sqlgen.route import Router
 
 TYPE_DECIMAL = 246
 _BOUNDED_TYPES = frozenset({1, 2, 3, 8, 9, 13, 16, 247, 248, 4, 5, 6})
@@ -85,21 +86,22 @@ class Statement:
     first_key: tuple[Any, ...] | None
 
 
-def statements(plan: WindowPlan, dialect: Dialect) -> Iterator[Statement]:
+def statements(plan: WindowPlan, dialect: Dialect, router: Router | None = None) -> Iterator[Statement]:
     """All statements of a window plan: per table, deletes then replaces (or keyless ops in order)."""
     for tp in plan.tables.values():
-        yield from table_statements(tp, dialect)
+        yield from table_statements(tp, dialect, router)
 
 
-def table_statements(tp: TablePlan, dialect: Dialect) -> Iterator[Statement]:
-    """Statements of one table's plan."""
+def table_statements(tp: TablePlan, dialect: Dialect, router: Router | None = None) -> Iterator[Statement]:
+    """Statements of one table's plan, written to the table's routed name (:mod:`sqlgen.route`)."""
+    schema, table = router.table(tp.schema, tp.table) if router else (tp.schema, tp.table)
     if tp.keyed:
         for dg in tp.deletes:
-            yield from delete_statements(tp.schema, tp.table, dg, dialect)
+            yield from delete_statements(schema, table, dg, dialect)
         for ug in tp.upserts:
-            yield from replace_statements(tp.schema, tp.table, ug, dialect)
+            yield from replace_statements(schema, table, ug, dialect)
     else:
-        yield from keyless_statements(tp.schema, tp.table, tp.ops, dialect)
+        yield from keyless_statements(schema, table, tp.ops, dialect)
 
 
 # --- batching ---------------------------------------------------------------------------------

@@ -43,8 +43,19 @@ from applier.downstream.lock import ActiveLock
 from applier.errors import FatalError
 from applier.ops.logs import get_logger
 from checkpoint import CheckpointStore, JournalEntry, ddl_digest, ddl_fields
-from sqlgen import MARIADB, MYSQL, DDLPlan, Dialect, ErrorClass, classify_ddl_error, plan_ddl
+from sqlgen import (
+    MARIADB,
+    MYSQL,
+    DDLPlan,
+    Dialect,
+    ErrorClass,
+    Router,
+    classify_ddl_error,
+    plan_ddl,
+    route_ddl,
+)
 from sqlgen.ddl_guard import HostileDDL, check_ddl
+from sqlgen.ddl_route import DROP_SCHEMA_DDL_TYPE
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, tokenize
 
 
@@ -116,8 +127,10 @@ class DDLExecutor:
         *,
         owner: str | None,
         on_statement: Callable[[int, str], None] = lambda connection_id, sql: None,
+        router: Router | None = None,
     ) -> None:
         self._store = store
+        self._router = router or Router()
         self._dialect = dialect
         self._lock = lock
         self._owner = owner
@@ -179,8 +192,16 @@ class DDLExecutor:
     ) -> DDLOutcome:
         """Run ``ddl`` exactly once and commit its record with ``bookkeeping`` (the caller's
         checkpoint write, fenced). Re-entrant: a retry after a transient error (a new ``conn``)
-        picks up where the previous attempt stopped, deciding from the journal and the catalogue."""
-        plan = plan_ddl(ddl.query, ddl.ddl_type, ddl.schema, self._dialect)
+        picks up where the previous attempt stopped, deciding from the journal and the catalogue.
+
+        With route rules the statement runs on the routed names (``target``: the catalogue is
+        read, and the "already there" check made, under those), while the journal, ``applied_ddl``
+        and the checkpoint keep the upstream event (:mod:`sqlgen.route`)."""
+        target = route_ddl(ddl, self._router)
+        plan = plan_ddl(target.query, target.ddl_type, target.schema, self._dialect)
+        skip = self._router.ddl_skip_reason(ddl.schema, drop_schema=ddl.ddl_type == DROP_SCHEMA_DDL_TYPE)
+        if skip:
+            plan = DDLPlan(False, "", None, skip)
         with conn.cursor() as cur:
             recorded = self._store.ddl_recorded(cur, ddl.commit_ts, ddl.query)
             entry = self._store.pending_ddl(cur)
@@ -197,7 +218,7 @@ class DDLExecutor:
         ):
             took_effect = bool(self._changes_since(conn, entry))
         else:
-            before = self._catalogue.fingerprint(conn, touched_schemas(ddl))
+            before = self._catalogue.fingerprint(conn, touched_schemas(target))
             if not before.identity and not self._warned_identity:
                 self._warned_identity = True
                 self.log.warning(
@@ -208,7 +229,7 @@ class DDLExecutor:
                 self._store.fence(cur, self._owner)
                 self._store.begin_ddl(cur, **ddl_fields(ddl), catalogue=before.to_json())
             conn.commit()
-        note = "took effect before it was recorded" if took_effect else self._run(conn, ddl, plan)
+        note = "took effect before it was recorded" if took_effect else self._run(conn, target, plan)
         self._finish(conn, ddl, bookkeeping)
         return DDLOutcome(plan, note)
 

@@ -30,9 +30,11 @@ from applier.stream.window import Window
 from checkpoint import CheckpointStore
 from sqlgen import (
     Dialect,
+    Router,
     Statement,
     WindowPlan,
     plan_window,
+    route_ddl,
     statement_too_large,
     statements,
 )
@@ -133,8 +135,11 @@ class WindowApplier:
         ddl_executor: DDLExecutor | None = None,
         watch: StatementWatch | None = None,
         retry_report_seconds: float = 60.0,
+        router: Router | None = None,
     ) -> None:
         self._store = store
+        self._router = router or Router()
+        """Route rules: rows are written to the routed names; the checkpoint keeps upstream ones."""
         self._topic = topic
         self._dialect = dialect
         self._owner = owner
@@ -232,7 +237,7 @@ class WindowApplier:
         (the statement killed for the stop: 1317, a killed session: 1927/2013) is not replayed:
         the transaction is rolled back and :class:`Stopping` says so, not as an error.
         """
-        description, tables = _unit_description(window)
+        description, tables = _unit_description(window, self._router)
 
         def attempt(_conn: pymysql.connections.Connection) -> None:
             watch = self.watch
@@ -281,7 +286,7 @@ class WindowApplier:
             return PreparedWindow(window, None, [], 0.0)
         started = time.monotonic()
         plan = plan_window(window.rows, window.tables)
-        stmts = list(statements(plan, self._dialect))
+        stmts = list(statements(plan, self._dialect, self._router))
         planned = time.monotonic()
         queries = None
         binder = self._binder
@@ -369,7 +374,7 @@ class WindowApplier:
                         streamed_counts.clear()  # a replayed attempt starts from the first piece
                         for chunk in window.streamed.chunks():
                             chunk_plan = plan_window(chunk)
-                            chunk_stmts = list(statements(chunk_plan, self._dialect))
+                            chunk_stmts = list(statements(chunk_plan, self._dialect, self._router))
                             bind += self._execute(cur, chunk_stmts, None, window)
                             _add_counts(streamed_counts, chunk_plan)
                     self._write_checkpoint(cur, window)
@@ -461,15 +466,16 @@ class WindowApplier:
 _NOT_WATCHED = contextlib.nullcontext()
 
 
-def _unit_description(window: Window | None) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """What the statement watch says a unit is, and the tables it needs locks on."""
+def _unit_description(window: Window | None, router: Router) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What the statement watch says a unit is, and the (downstream) tables it needs locks on."""
     if window is None:
         return "a downstream transaction", ()
     if window.ddl is not None:
         ddl = window.ddl
         what = f"DDL at ts {ddl.commit_ts} on {ddl.schema}.{ddl.table}: {ddl.query}"
-        return what, ((ddl.schema, ddl.table),)
-    tables = tuple(sorted(window.tables))
+        target = route_ddl(ddl, router)
+        return what, ((target.schema, target.table),)
+    tables = tuple(sorted(router.table(*t) for t in window.tables) if router else sorted(window.tables))
     names = ", ".join(f"{s}.{t}" for s, t in tables[:5]) + (", ..." if len(tables) > 5 else "")
     return f"rows of the window up to ts {window.target_ts} ({window.row_count} rows; {names})", tables
 

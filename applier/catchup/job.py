@@ -108,6 +108,7 @@ class CatchupJob:
         self.downstream = downstream_config(cfg)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
         self.options = cfg.decoder_options()
+        self.router = cfg.router()
         self.large = LargeMessageSettings.from_config(cfg)
         if self.large.claim_check_storage_uri:
             open_store(self.large.claim_check_storage_uri)  # a bad URI fails here, not in every task
@@ -147,7 +148,9 @@ class CatchupJob:
                 f"another applier instance is active for changefeed {self.cfg.group_id!r}; stop it first "
                 "(a catch-up and a daemon must not write the same changefeed at once)"
             )
-        self.ddl_executor = DDLExecutor(self.store, self.dialect, self.lock, owner=self._owner())
+        self.ddl_executor = DDLExecutor(
+            self.store, self.dialect, self.lock, owner=self._owner(), router=self.router
+        )
         return load_checkpoint(
             self.downstream, self.store, self.ddl_executor, owner=self._owner(), topic=self.topic
         )
@@ -412,6 +415,7 @@ class CatchupJob:
             checkpoint_schema=self.cfg.checkpoint_schema,
             changefeed=self.cfg.group_id,
             owner=self._owner(),
+            router=self.router,
         )
 
     def _apply_epoch(

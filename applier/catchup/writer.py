@@ -38,7 +38,7 @@ from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from checkpoint import CheckpointStore
 from checkpoint.schema import quote_ident
-from sqlgen import Dialect, Statement, TablePlan, plan_table, statement_too_large, table_statements
+from sqlgen import Dialect, Router, Statement, TablePlan, plan_table, statement_too_large, table_statements
 
 TableKey = tuple[str, str]
 
@@ -63,6 +63,8 @@ class WriteSpec:
     checkpoint_schema: str = "ticdc_applier"
     changefeed: str = ""
     owner: str | None = None
+    router: Router = field(default_factory=Router)
+    """Route rules: rows go to the routed names; the table checkpoints keep the upstream ones."""
 
     def skip(self, table: TableKey, ts: int) -> bool:
         """Is a row of ``table`` at ``ts`` outside this epoch or already applied?"""
@@ -189,7 +191,7 @@ def _write_keyed(
     try:
         for tp in plans:
             stats.add_plan(tp)
-            stmts = list(table_statements(tp, spec.dialect))
+            stmts = list(table_statements(tp, spec.dialect, spec.router))
             stats.statements += len(stmts)
             for chunk in _chunks(stmts, spec.commit_rows):
 
@@ -213,7 +215,7 @@ def write_keyless(tp: TablePlan, spec: WriteSpec) -> WriteStats:
     stats = WriteStats()
     store = CheckpointStore(spec.checkpoint_schema, spec.changefeed)
     table = (tp.schema, tp.table)
-    stmts = list(table_statements(tp, spec.dialect))
+    stmts = list(table_statements(tp, spec.dialect, spec.router))
     session = _runner(spec, stats)
     written = [False]
 

@@ -11,8 +11,9 @@ from applier.settings.schema import Config
 
 
 def run_config_check(cfg: Config) -> int:
-    try:  # the URL, TLS options and password file are checked as `run` will use them
+    try:  # the URL, TLS options, password file and routes are checked as `run` will use them
         downstream = downstream_config(cfg)
+        router = cfg.router()
     except ConfigurationError as exc:
         return report_configuration_error(exc)
     doc = {
@@ -21,6 +22,10 @@ def run_config_check(cfg: Config) -> int:
         "downstream_effective": downstream.redacted(),
         "downstream_password": password_source(cfg, downstream),
         "filter_effective": cfg.table_filter().describe(),  # the rules in force, in order
+        "routes": {
+            "rules": router.describe(),
+            "order": "first matching rule wins; a table no rule matches keeps its names",
+        },
     }
     print(json.dumps(doc, indent=2, sort_keys=True))
     return EXIT_OK

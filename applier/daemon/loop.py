@@ -132,6 +132,7 @@ class Daemon:
         self.large = LargeMessageSettings.from_config(cfg).queue(self.options)
         self.tables = table_event_filter(cfg.table_filter(), self.log)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
+        self.router = cfg.router()  # route rules; raises ConfigurationError
         self.lock: ActiveLock | None = None
         self.reader: PartitionReader | None = None
         self.applier: WindowApplier | None = None
@@ -214,6 +215,7 @@ class Daemon:
 
     def _run(self) -> int:
         cfg = self.cfg
+        router = self.router
         dialect = prepare_downstream(self.downstream, self.store)
         self._become_active()
         assert self.lock is not None
@@ -223,6 +225,7 @@ class Daemon:
             self.lock,
             owner=self.lock.owner_token,
             on_statement=self._watch_ddl,
+            router=router,
         )
         ckpt = load_checkpoint(
             self.downstream, self.store, ddl_executor, owner=self.lock.owner_token, topic=cfg.topic
@@ -262,6 +265,7 @@ class Daemon:
             ddl_executor=ddl_executor,
             watch=self.statements,
             retry_report_seconds=float(cfg.retry_report_seconds),
+            router=router,
         )
         unsettled = [p for p in partitions if p not in ckpt.offsets]
         self.watch = PartitionWatch(self.reader, self.barrier, self.log, ckpt.offsets, unsettled)
@@ -275,6 +279,7 @@ class Daemon:
             max_allowed_packet=dialect.max_allowed_packet,
             spill_dir=str(spill.path),
             large_messages=self.large.resolver.describe() if self.large is not None else "refused",
+            routes=router.describe() or None,
         )
         self.observer.on_ready()
         return self._loop()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from applier.codec.decoder import DecoderOptions
 from applier.downstream.url import SSL_MODES
 from applier.errors import ConfigurationError
+from sqlgen.route import Router, parse_route_rule, rule_texts
 
 if TYPE_CHECKING:
     from applier.stream.table_filter import TableFilter
@@ -82,10 +83,11 @@ def _split_list(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _parse_filter(rules: list[str]) -> tuple[str, ...]:
+def _parse_filter(raw: Any) -> tuple[str, ...]:
     """Table-filter rules, each checked (applier.stream.table_filter); the error names the rule."""
     from applier.stream.table_filter import TableFilter
 
+    rules = _split_list(raw) if isinstance(raw, str) else list(raw)
     if not all(isinstance(r, str) for r in rules):
         raise ValueError("expected a list of rules (strings)")
     return TableFilter(rules).rules
@@ -115,6 +117,14 @@ def _parse_readable_file(text: str) -> str:
     return path
 
 
+def _parse_routes(raw: Any) -> list[str]:
+    """Route rules (``sqlgen.route``), checked now and kept as ``FROM=TO`` strings in their order."""
+    rules = rule_texts(raw)
+    for text in rules:
+        parse_route_rule(text)
+    return rules
+
+
 def _parse_tso(text: str) -> int:
     """A TSO integer or an ISO-8601 time, as a TSO (applier.catchup.tso: no pyspark import)."""
     from applier.catchup.tso import parse_ts
@@ -139,8 +149,10 @@ class Setting:
     choices: tuple[str, ...] | None = None
     secret: bool = False
     required: bool = False
-    flag_kind: str = "value"  # value | bool | kv (repeatable key=value) | list (repeatable)
+    flag_kind: str = "value"  # value | bool | kv (repeatable key=value) | list (repeatable, ordered)
     commands: tuple[str, ...] = ("run",)
+    metavar: str = ""
+    """Shown for the value in ``--help`` (list flags)."""
 
     @property
     def flag(self) -> str:
@@ -156,7 +168,7 @@ class Setting:
             if self.flag_kind == "kv":
                 value = _parse_kv_list(raw if not isinstance(raw, str) else raw.split(","))
             elif self.flag_kind == "list":
-                value = self.parse(_split_list(raw) if isinstance(raw, str) else list(raw))
+                value = self.parse(raw)
             elif self.flag_kind == "bool":
                 value = raw if isinstance(raw, bool) else _parse_bool(str(raw))
             elif isinstance(raw, str) or self.parse is str:
@@ -292,6 +304,16 @@ SETTINGS: tuple[Setting, ...] = (
         default=(),
         parse=_parse_filter,
         flag_kind="list",
+        commands=("run", "catchup"),
+    ),
+    Setting(
+        "route",
+        "route rule FROM=TO mapping upstream schema.table to downstream names, repeatable, first match "
+        "wins: 'prod.*=replica.{table}', 'db.t=db2.t2', '*.*={schema}_bak.{table}' (docs/operations.md)",
+        default=[],
+        parse=_parse_routes,
+        flag_kind="list",
+        metavar="FROM=TO",
         commands=("run", "catchup"),
     ),
     Setting(
@@ -477,6 +499,12 @@ class Config:
 
         return TableFilter(self.values.get("filter") or ())
 
+    def router(self) -> Router:
+        """The route rules (``sqlgen.route``) of the daemon and the catch-up; the checkpoint schema
+        may not be a target."""
+        ckpt = self.values.get("checkpoint_schema")
+        return Router.from_rules(self.values.get("route") or (), reserved_schemas=[ckpt] if ckpt else ())
+
     def masked(self) -> dict[str, Any]:
         """The values with every secret hidden: what may be printed or logged."""
         from applier.ops.redact import redact_url
@@ -525,6 +553,10 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             parser.add_argument(
                 s.flag, dest=s.name, action="append", default=None, metavar=metavar, help=s.help + extra
             )
+        elif s.flag_kind == "list":
+            parser.add_argument(
+                s.flag, dest=s.name, action="append", default=None, metavar=s.metavar, help=s.help + extra
+            )
         else:
             parser.add_argument(
                 s.flag, dest=s.name, default=None, metavar=s.name.upper(), help=s.help + extra
@@ -543,8 +575,12 @@ def load_toml(path: str) -> dict[str, Any]:
     for key, value in data.items():
         if key == "kafka" and isinstance(value, dict):
             flat["kafka_config"] = value
+        elif key == "route" and isinstance(value, dict):
+            flat["route"] = value  # [route] "FROM" = "TO", in file order
         elif isinstance(value, dict):
-            raise ConfigError(f"config file {path}: unknown table [{key}] (only [kafka] is accepted)")
+            raise ConfigError(
+                f"config file {path}: unknown table [{key}] (only [kafka] and [route] are accepted)"
+            )
         else:
             flat[key] = value
     return flat

@@ -158,3 +158,21 @@ def test_config_check_and_run_refuse_bad_settings_with_exit_2(tmp_path: Path, ca
         err = capsys.readouterr().err
         assert code == 2
         assert err.startswith("applier: configuration error:") and "unknown key 'bogus'" in err
+
+
+def test_config_check_prints_the_routes_in_the_order_they_are_tried(capsys) -> None:
+    base = ["config", "check", "--kafka-bootstrap", "k:1", "--topic", "t", "--group-id", "g"]
+    routes = ["--route", "prod.orders=archive.orders", "--route", "prod.*=replica.{table}"]
+    code = cli.main([*base, "--downstream", "mysql://a@b/", *routes])
+    out = capsys.readouterr().out
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["routes"]["rules"] == [
+        {"from": "prod.orders", "to": "archive.orders"},
+        {"from": "prod.*", "to": "replica.{table}"},
+    ]
+    assert doc["routes"]["order"].startswith("first matching rule wins")
+    for bad in ("prod.*", "prod.*=ticdc_applier.{table}"):
+        code = cli.main([*base, "--downstream", "mysql://a@b/", "--route", bad])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("applier: configuration error:") and repr(bad) in err

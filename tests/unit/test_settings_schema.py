@@ -58,7 +58,9 @@ def test_unknown_key_in_the_file_is_named_with_the_accepted_keys(tmp_path: Path)
 
 def test_unknown_table_in_the_file(tmp_path: Path) -> None:
     path = toml_file(tmp_path, "[database]\nhost = 'x'\n")
-    with pytest.raises(ConfigError, match=r"unknown table \[database\] \(only \[kafka\] is accepted\)"):
+    with pytest.raises(
+        ConfigError, match=r"unknown table \[database\] \(only \[kafka\] and \[route\] are accepted\)"
+    ):
         resolve("run", {"config": path}, environ={})
 
 
@@ -151,3 +153,44 @@ def test_an_invalid_filter_rule_is_a_configuration_error_naming_it(tmp_path: Pat
     path = toml_file(tmp_path, "filter = [1, 2]\n")
     with pytest.raises(ConfigError, match="list of rules"):
         resolve("run", {**BASE, "config": path}, environ={})
+
+
+# -- route rules (sqlgen.route) ----------------------------------------------------------------------
+
+ROUTES = ["prod.*=replica.{table}", "db.tbl=db2.tbl2"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'route = ["prod.*=replica.{table}", "db.tbl=db2.tbl2"]\n',
+        '[route]\n"prod.*" = "replica.{table}"\n"db.tbl" = "db2.tbl2"\n',
+        '[[route]]\nfrom = "prod.*"\nto = "replica.{table}"\n[[route]]\nfrom = "db.tbl"\nto = "db2.tbl2"\n',
+    ],
+    ids=["list", "table", "array-of-tables"],
+)
+def test_routes_from_the_file_keep_their_order(tmp_path: Path, text: str) -> None:
+    cfg = resolve("run", {**BASE, "config": toml_file(tmp_path, text)}, {})
+    assert cfg.route == ROUTES and cfg.sources["route"] == "file"
+    assert cfg.router().table("prod", "t") == ("replica", "t")
+
+
+def test_routes_from_the_flag_and_the_variable() -> None:
+    cfg = resolve("catchup", {**BASE, "from_ts": "1", "route": ROUTES}, {})
+    assert cfg.route == ROUTES and cfg.sources["route"] == "flag"
+    env = {"APPLIER_ROUTE": "prod.*=replica.{table}, db.tbl=db2.tbl2"}
+    cfg = resolve("run", dict(BASE), env)
+    assert cfg.route == ROUTES and cfg.sources["route"] == "environment"
+    assert resolve("run", dict(BASE), {}).router().describe() == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [
+        ({**BASE, "route": ["prod.*=replica.{tbl}"]}, {}),
+        (dict(BASE), {"APPLIER_ROUTE": "prod.*=replica.{tbl}"}),
+    ],
+)
+def test_an_invalid_route_is_a_configuration_error_naming_it(flags, env) -> None:
+    with pytest.raises(ConfigError, match=r"route .*'prod\.\*=replica\.\{tbl\}'.*unknown placeholder"):
+        resolve("run", flags, env)
