@@ -14,7 +14,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -163,6 +163,21 @@ class Generator:
         """Whether the live row just picked is deleted (else updated): 10% of all events here."""
         return self._r >= 0.9
 
+    # When things happen: the hooks a generator paced by the clock overrides.
+
+    def _first_ts(self) -> int:
+        """The commit ts of the CREATE DATABASE: an hour ago, so that lag figures stay sensible."""
+        return (int(time.time() * 1000) - 3_600_000) << 18
+
+    def _next_ts(self, ts: int, done: int) -> int:
+        """The commit ts of the next DDL or transaction after ``ts`` (``done`` row events so far):
+        a millisecond later here, whatever the clock says."""
+        return ts + (1 << 18)
+
+    def _resolved_due(self, transactions: int) -> bool:
+        """Whether a resolved ts is broadcast after this many transactions."""
+        return transactions % self.resolved_every == 0
+
     def records(self, events: int) -> Iterator[tuple[int, bytes, bytes]]:
         """(partition, key, value) of every record, in production order."""
         rng = self.rng
@@ -177,10 +192,10 @@ class Generator:
         pending = self.pending
         kpre, ksuf = self.key_prefix, self.key_suffix
         inserts, deletes = self._inserts, self._deletes
-        physical = int(time.time() * 1000) - 3_600_000  # an hour ago: lag figures stay sensible
-        ts = physical << 18
+        next_ts, resolved_due = self._next_ts, self._resolved_due
+        ts = self._first_ts()
         yield from self._ddl(ts, "", 1, f"CREATE DATABASE `{self.schema}`")
-        ts += 1 << 18
+        ts = next_ts(ts, 0)
         self.create_table_ts = ts
         yield from self._ddl(ts, TABLE, 3, table_ddl(self.schema))
         self._begin(events)
@@ -188,7 +203,7 @@ class Generator:
         done = 0
         txns = 0
         while done < events:
-            ts += 1 << 18
+            ts = next_ts(ts, done)
             key = kpre + str(ts).encode() + ksuf
             touched: set[int] = set()
             size = min(rng.randint(1, 7), events - done)
@@ -235,34 +250,57 @@ class Generator:
                     yield from self._flush(p)
             done += size
             txns += 1
-            if txns % self.resolved_every == 0:
+            if resolved_due(txns):
                 yield from self._resolved(ts)
         st.events = done
         st.transactions = txns
-        yield from self._resolved(ts + (1 << 18))
+        yield from self._resolved(next_ts(ts, done))
+
+
+def new_producer(bootstrap: str, linger_ms: int = 20):
+    """A producer as TiCDC's sink is set up (idempotent, acks=all, no compression), batching for
+    ``linger_ms``."""
+    from confluent_kafka import Producer
+
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.kbytes": 262144,
+            "compression.type": "none",
+        }
+    )
+
+
+def send(producer, topic: str, p: int, key: bytes, value: bytes, on_delivery) -> None:
+    """Produce one record, waiting for room in the client's queue when it is full."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, partition=p, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def finish_producing(producer, errors: list[str]) -> None:
+    """Wait for every record's acknowledgement; fail loudly on any delivery error."""
+    left = producer.flush(120)
+    if left or errors:
+        raise SystemExit(f"producing failed: {left} records unacknowledged, errors: {errors[:3]}")
 
 
 def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> Stream:
     """Create ``topic`` (a partition per partition of ``gen``) and produce every record of the
     stream into it; returns the stream's figures (with the records produced and the seconds it
     took). Fails loudly on any delivery error."""
-    from confluent_kafka import Producer
-
     from applier.kafka.embedded_broker import create_topic
 
     create_topic(bootstrap, topic, gen.partitions)
     t0 = time.perf_counter()
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 20,
-            "batch.size": 1 << 20,
-            "queue.buffering.max.kbytes": 262144,
-            "compression.type": "none",
-        }
-    )
+    producer = new_producer(bootstrap)
     errors: list[str] = []
 
     def on_delivery(err, _msg) -> None:
@@ -271,18 +309,11 @@ def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> Stream:
 
     sent = 0
     for p, key, value in gen.records(events):
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=p, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        send(producer, topic, p, key, value, on_delivery)
         sent += 1
         if sent % 1000 == 0:
             producer.poll(0)
-    left = producer.flush(120)
-    if left or errors:
-        raise SystemExit(f"producing failed: {left} records unacknowledged, errors: {errors[:3]}")
+    finish_producing(producer, errors)
     gen.stream.produced = sent
     gen.stream.produce_s = time.perf_counter() - t0
     return gen.stream
@@ -412,37 +443,69 @@ def applier_env() -> dict[str, str]:
 
 
 def daemon_command(
-    bootstrap: str, topic: str, group: str, downstream: str, ckpt_schema: str, *more: str
+    bootstrap: str, topic: str, group: str, downstream: str, ckpt_schema: str, *more: str, once: bool = True
 ) -> tuple[list[str], dict[str, str]]:
-    """The ``applier run`` command line of a one-shot benchmark run (JSON log, exits once caught
-    up) and its environment (``applier_env``)."""
+    """The ``applier run`` command line of a benchmark run (JSON log; with ``once``, it exits once
+    caught up, else it runs until stopped) and its environment (``applier_env``)."""
     cmd = [
         sys.executable, "-m", "applier", "run",
         "--kafka-bootstrap", bootstrap, "--topic", topic, "--group-id", group,
         "--downstream", downstream, "--checkpoint-schema", ckpt_schema,
-        "--exit-when-caught-up", "--log-format", "json", *more,
+        *(["--exit-when-caught-up"] if once else []), "--log-format", "json", *more,
     ]  # fmt: skip
     return cmd, applier_env()
 
 
+class DaemonProcess:
+    """``applier run`` started as a child process, its memory polled until ``wait()`` collects it
+    (a benchmark that works while the daemon runs holds this; ``run_daemon`` just waits)."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        fd, self.log_path = tempfile.mkstemp(prefix="bench-applier-", suffix=".log")
+        self.started_at = time.time()
+        self._t0 = time.perf_counter()
+        self.proc = subprocess.Popen(args, stdout=fd, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        os.close(fd)
+        self._hwm = [0]
+        self._timeline: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._poller = threading.Thread(
+            target=_poll_vmhwm, args=(self.proc.pid, self._stop, self._hwm, self._timeline), daemon=True
+        )
+        self._poller.start()
+
+    def wait(self) -> DaemonRun:
+        """Wait for the process to exit; its figures."""
+        proc = self.proc
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - self._t0
+        self._stop.set()
+        self._poller.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
+        return DaemonRun(
+            proc.returncode, wall, usage.ru_maxrss, self._hwm[0], self.started_at, self.log_path,
+            self._timeline, cpu,
+        )  # fmt: skip
+
+
 def run_daemon(args: list[str], env: dict[str, str]) -> DaemonRun:
-    fd, log_path = tempfile.mkstemp(prefix="bench-applier-", suffix=".log")
-    started_at = time.time()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=fd, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    os.close(fd)
-    hwm = [0]
-    timeline: list[tuple[float, int]] = []
-    stop = threading.Event()
-    poller = threading.Thread(target=_poll_vmhwm, args=(proc.pid, stop, hwm, timeline), daemon=True)
-    poller.start()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    stop.set()
-    poller.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    cpu = usage.ru_utime + usage.ru_stime
-    return DaemonRun(proc.returncode, wall, usage.ru_maxrss, hwm[0], started_at, log_path, timeline, cpu)
+    return DaemonProcess(args, env).wait()
+
+
+def log_entries(log_path: str) -> Iterator[tuple[str, float, dict]]:
+    """(event, Unix time, the whole entry) of every JSON line of a daemon's log (other lines, e.g.
+    a traceback, are passed over)."""
+    with open(log_path, errors="replace") as fh:
+        for line in fh:
+            if not line.startswith("{"):
+                continue
+            try:
+                entry = orjson.loads(line)
+                when = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, AttributeError, TypeError):
+                continue
+            yield str(entry.get("event", "")), when, entry
 
 
 def last_checkpoint_epoch(conn: pymysql.connections.Connection, ckpt_schema: str, group: str) -> float | None:

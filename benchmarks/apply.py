@@ -40,9 +40,7 @@ import shlex
 import sys
 import time
 import uuid
-from datetime import datetime
 
-import orjson
 import pymysql
 from _common import (
     TABLE,
@@ -52,6 +50,7 @@ from _common import (
     daemon_command,
     daemon_result,
     db_params,
+    log_entries,
     mariadb_pid,
     process_cpu,
     produce,
@@ -95,20 +94,11 @@ def log_milestones(log_path: str, started_at: float) -> dict[str, float]:
     """Seconds from process start to the daemon's "started" line and to its first row window
     (from its JSON log), to show how much of the run is start-up."""
     out: dict[str, float] = {}
-    with open(log_path, errors="replace") as fh:
-        for line in fh:
-            if not line.startswith("{"):
-                continue
-            try:
-                entry = orjson.loads(line)
-                event, stamp = entry.get("event"), entry.get("timestamp")
-                when = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-            except (ValueError, AttributeError, TypeError):
-                continue
-            if event == "started" and "started" not in out:
-                out["started"] = when - started_at
-            elif event == "window applied" and "first window" not in out:
-                out["first window"] = when - started_at - float(entry.get("seconds", 0))
+    for event, when, entry in log_entries(log_path):
+        if event == "started" and "started" not in out:
+            out["started"] = when - started_at
+        elif event == "window applied" and "first window" not in out:
+            out["first window"] = when - started_at - float(entry.get("seconds", 0))
     return out
 
 

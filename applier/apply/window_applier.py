@@ -90,12 +90,17 @@ class PendingApply:
         self._done = threading.Event()
         self._result: dict[tuple[str, str, str], int] = {}
         self._error: BaseException | None = None
+        self.committed_at: float | None = None
+        """Wall-clock time (``time.time()``) just after the transaction committed, taken on the
+        apply thread: the daemon's thread may notice the commit only after decoding a few more
+        records, and the commit lag metric is about the commit, not the noticing."""
         self._thread = threading.Thread(target=self._body, name="applier-apply", daemon=True)
         self._thread.start()
 
     def _body(self) -> None:
         try:
             self._result = self._run(self.window)
+            self.committed_at = time.time()
         except BaseException as exc:  # handed to the daemon's thread by result()
             self._error = exc
         finally:

