@@ -2,9 +2,12 @@
 
 A rule is ``FROM=TO`` (``->`` works as well as ``=``):
 
-- ``FROM`` is ``schema.table`` in TiDB's table-filter wildcard syntax (``*`` any run of characters,
-  ``?`` one character, ``[a-z]`` / ``[!a-z]`` character classes, ``\\`` escapes the next
-  character); a part in backquotes or double quotes is a literal name (``"my.db".*``). Matching is
+- ``FROM`` is ``schema.table`` in TiDB's table-filter pattern syntax, read by the parser the
+  ``filter`` rules use (:mod:`sqlgen.table_pattern`): ``*`` any run of characters, ``?`` one
+  character, ``[a-z]`` / ``[!a-z]`` character classes, ``\\`` before a character that is not a
+  letter or digit makes it literal, a part in backquotes or double quotes is a literal name
+  (``"my.db".*``), a ``/regex/`` part matches a substring of the name; other characters than
+  letters, digits, ``_``, ``$`` and non-ASCII ones must be escaped or quoted. Matching is
   case-insensitive, as TiDB compares schema and table names.
 - ``TO`` is ``schema.table`` made of literal text and the placeholders ``{schema}`` and ``{table}``
   (the upstream names, in their own case); a part that is just ``*`` keeps the upstream name, so
@@ -34,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from applier.errors import ConfigurationError, FatalError
+from sqlgen.table_pattern import TablePattern, parse_table_pattern, quote_end
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _PLACEHOLDERS = frozenset({"schema", "table"})
@@ -47,17 +51,23 @@ class RouteError(FatalError, RuntimeError):
     """A routed name that must not be written to (the checkpoint schema) or cannot be formed."""
 
 
-# -- TiDB table-filter wildcard patterns -------------------------------------------------------------
+# -- text of rules and targets (FROM is parsed by sqlgen.table_pattern) --------------------------------
+
+# Characters that end an unquoted FROM table part: the ``=`` or ``->`` before TO, and blanks.
+_FROM_ENDS = "=- \t\r\n"
+_EXPECTED_RULE = "expected FROM=TO, e.g. 'prod.*=replica.{table}'"
+_EXPECTED_NAME = "expected schema.table (quote a name that holds a dot: `my.db`.t)"
 
 
-def split_table_pattern(text: str) -> tuple[str, str]:
-    """``schema.table`` split at the dot outside quotes, brackets and escapes: raw (still quoted) parts.
+def _split_target(text: str) -> tuple[str, str]:
+    """A target ``schema.table`` split at the dot outside quotes, brackets and escapes: raw (still
+    quoted) parts.
 
     Raises ValueError when there is not exactly one such dot.
     """
     parts = _split_outside(text, ".", strict=True)
     if len(parts) != 2:
-        raise ValueError("expected schema.table (quote a name that holds a dot: `my.db`.t)")
+        raise ValueError(_EXPECTED_NAME)
     return parts[0].strip(), parts[1].strip()
 
 
@@ -75,7 +85,7 @@ def _split_outside(text: str, separators: str, *, strict: bool) -> list[str]:
             continue
         end = -2
         if c in '`"':
-            end = _quote_end(text, i)
+            end = quote_end(text, i)
         elif c == "[":
             end = text.find("]", i + 2)  # ``[]...]`` holds a literal ]
             end = end + 1 if end >= 0 else -1
@@ -94,86 +104,36 @@ def _split_outside(text: str, separators: str, *, strict: bool) -> list[str]:
     return parts
 
 
-def _quote_end(text: str, i: int) -> int:
-    """Index just past the quoted name starting at ``text[i]`` (a doubled quote is a literal one), or -1."""
-    q = text[i]
-    j = i + 1
-    while j < len(text):
-        if text[j] == q:
-            if j + 1 < len(text) and text[j + 1] == q:
-                j += 2
-                continue
-            return j + 1
-        j += 1
-    return -1
-
-
 def _unquote(part: str) -> str | None:
     """The literal name of a fully quoted part, or None when the part is not quoted."""
-    if len(part) >= 2 and part[0] in '`"' and _quote_end(part, 0) == len(part):
+    if len(part) >= 2 and part[0] in '`"' and quote_end(part, 0) == len(part):
         q = part[0]
         return part[1:-1].replace(q + q, q)
     return None
 
 
-def compile_name_pattern(part: str) -> re.Pattern[str]:
-    """A case-insensitive regex matching whole names for one part of a table-filter pattern."""
-    literal = _unquote(part)
-    if literal is not None:
-        return re.compile(re.escape(literal), re.IGNORECASE)
-    if not part:
-        raise ValueError("empty name pattern")
-    out: list[str] = []
-    i = 0
-    while i < len(part):
-        c = part[i]
-        if c == "\\":
-            if i + 1 >= len(part):
-                raise ValueError("a trailing \\ escapes nothing")
-            out.append(re.escape(part[i + 1]))
-            i += 2
-        elif c == "*":
-            out.append(".*")
-            i += 1
-        elif c == "?":
-            out.append(".")
-            i += 1
-        elif c == "[":
-            end = part.find("]", i + 2)
-            if end < 0:
-                raise ValueError("unterminated [ character class")
-            body = part[i + 1 : end]
-            negate = body.startswith("!")
-            body = body[1:] if negate else body
-            if not body:
-                raise ValueError("empty character class")
-            body = body.replace("\\", "\\\\").replace("^", "\\^").replace("[", "\\[")
-            out.append("[" + ("^" if negate else "") + body + "]")
-            i = end + 1
-        elif c in '`"':
-            raise ValueError(f"a quoted name must be the whole part: {part!r}")
-        else:
-            out.append(re.escape(c))
-            i += 1
-    try:
-        return re.compile("".join(out), re.IGNORECASE | re.DOTALL)
-    except re.error as exc:
-        raise ValueError(f"bad pattern {part!r}: {exc}") from None
-
-
-def _is_literal(part: str) -> bool:
-    """Whether a pattern part matches exactly one name (no wildcard outside quotes and escapes)."""
-    if _unquote(part) is not None:
-        return True
-    i = 0
-    while i < len(part):
-        if part[i] == "\\":
-            i += 2
-            continue
-        if part[i] in "*?[":
-            return False
-        i += 1
-    return True
+def _split_source(text: str) -> tuple[TablePattern, str, str]:
+    """``FROM=TO`` (or ``FROM->TO``): the parsed FROM, its text, and the text of TO (ValueError)."""
+    if not text or text.startswith(("=", "->")):
+        raise ValueError(_EXPECTED_RULE)
+    pattern, rest = parse_table_pattern(text, until=_FROM_ENDS)
+    source, after = text[: len(text) - len(rest)], rest.lstrip()
+    if after.startswith("->"):
+        target = after[2:]
+    elif after.startswith("="):
+        target = after[1:]
+    elif not after:
+        raise ValueError(_EXPECTED_RULE)
+    elif after.startswith("."):
+        raise ValueError(_EXPECTED_NAME)
+    else:
+        raise ValueError(
+            f"unexpected {after[0]!r} after the FROM pattern {source!r} (escape a special character "
+            "with '\\' or quote the name)"
+        )
+    if not target.strip():
+        raise ValueError(_EXPECTED_RULE)
+    return pattern, source, target.strip()
 
 
 # -- rules -------------------------------------------------------------------------------------------
@@ -221,16 +181,17 @@ class RouteRule:
     text: str
     source: str
     target: str
-    schema_pattern: re.Pattern[str]
-    table_pattern: re.Pattern[str]
-    schema_literal: bool
-    whole_schema: bool
-    """The table pattern is ``*``: the rule routes the schema as a whole (schema-level DDL)."""
+    pattern: TablePattern
     target_schema: _Target
     target_table: _Target
 
     def matches(self, schema: str, table: str) -> bool:
-        return bool(self.schema_pattern.fullmatch(schema) and self.table_pattern.fullmatch(table))
+        return self.pattern.matches(schema, table)
+
+    @property
+    def whole_schema(self) -> bool:
+        """The table pattern is ``*``: the rule routes the schema as a whole (schema-level DDL)."""
+        return self.pattern.table.matches_all
 
     def apply(self, schema: str, table: str) -> tuple[str, str]:
         return self.target_schema.render(schema, table), self.target_table.render(schema, table)
@@ -238,32 +199,20 @@ class RouteRule:
     @property
     def shares_target_schema(self) -> bool:
         """Several upstream schemas land in one target schema (``a_*.* = merged.{table}``)."""
-        return not self.schema_literal and not self.target_schema.uses_schema
+        return not self.pattern.schema.literal and not self.target_schema.uses_schema
 
 
 def parse_route_rule(text: str) -> RouteRule:
     """Parse ``FROM=TO`` (or ``FROM->TO``); raises RouteRuleError naming the rule."""
     raw = str(text).strip()
     try:
-        if "->" in raw:
-            source, _, target = raw.partition("->")
-        else:
-            source, sep, target = raw.partition("=")
-            if not sep:
-                raise ValueError("expected FROM=TO, e.g. 'prod.*=replica.{table}'")
-        source, target = source.strip(), target.strip()
-        if not source or not target:
-            raise ValueError("expected FROM=TO, e.g. 'prod.*=replica.{table}'")
-        s_part, t_part = split_table_pattern(source)
-        ts_part, tt_part = split_table_pattern(target)
+        pattern, source, target = _split_source(raw)
+        ts_part, tt_part = _split_target(target)
         rule = RouteRule(
             text=raw,
             source=source,
             target=target,
-            schema_pattern=compile_name_pattern(s_part),
-            table_pattern=compile_name_pattern(t_part),
-            schema_literal=_is_literal(s_part),
-            whole_schema=t_part == "*",
+            pattern=pattern,
             target_schema=_Target.parse(ts_part, allow_table=False),
             target_table=_Target.parse(tt_part, allow_table=True),
         )
@@ -297,8 +246,22 @@ def rule_texts(raw: str | Iterable[str] | Mapping[str, str] | Iterable[Mapping[s
 
 
 def _split_rules(text: str) -> list[str]:
-    """Split at commas and line breaks that are outside brackets and quotes."""
-    return [part.strip() for part in _split_outside(text, ",\n", strict=False)]
+    """Split at the commas and line breaks between rules. Each FROM is read with the pattern grammar,
+    so a comma in its ``/regex/``, class or quoted name stays; its TO runs to the next comma or line
+    break outside quotes. A FROM that does not parse runs to the next separator outside quotes and
+    brackets, and parse_route_rule then says what is wrong with that rule."""
+    rules: list[str] = []
+    i = 0
+    while i <= len(text):
+        try:
+            _, rest = parse_table_pattern(text[i:].lstrip(" \t\r"), until=_FROM_ENDS)
+            from_end = len(text) - len(rest)
+        except ValueError:
+            from_end = i
+        end = from_end + len(_split_outside(text[from_end:], ",\n", strict=False)[0])
+        rules.append(text[i:end].strip())
+        i = end + 1
+    return rules
 
 
 # -- the router --------------------------------------------------------------------------------------
@@ -359,7 +322,7 @@ class Router:
     def schema_rule(self, schema: str) -> RouteRule | None:
         """The rule a schema-level DDL of ``schema`` follows: the first whose table pattern is ``*``."""
         for rule in self.rules:
-            if rule.whole_schema and rule.schema_pattern.fullmatch(schema):
+            if rule.whole_schema and rule.pattern.schema.matches(schema):
                 return rule
         return None
 

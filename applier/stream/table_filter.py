@@ -2,12 +2,12 @@
 
 The rules are those of TiDB's tools and of TiCDC's own ``[filter] rules`` (docs/operations.md,
 "Table filters"): each rule is ``schema.table``, each part a name or a pattern (``*``, ``?``,
-``[a-z]``, ``[!a-z]``, ``\\`` escapes, ``"quoted"`` or ```quoted``` names, ``/regex/``); a rule
-starting with ``!`` excludes; blank lines and ``#`` comments are ignored. A table is decided by
-the **last** rule that matches it, and a table no rule matches is filtered out. Names compare
-case-insensitively, as TiCDC's filter does by default. No rules at all: every table is replicated.
-Rules that are all ``!`` would filter out every table (TiDB's semantics): refused, with the
-advice to start with ``*.*``.
+``[a-z]``, ``[!a-z]``, ``\\`` escapes, ``"quoted"`` or ```quoted``` names, ``/regex/``: the
+grammar is parsed by :mod:`sqlgen.table_pattern`, which routing shares); a rule starting with
+``!`` excludes; blank lines and ``#`` comments are ignored. A table is decided by the **last**
+rule that matches it, and a table no rule matches is filtered out. Names compare case-insensitively,
+as TiCDC's filter does by default. No rules at all: every table is replicated. Rules that are all
+``!`` would filter out every table (TiDB's semantics): refused, with the advice to start with ``*.*``.
 
 The stage (:class:`EventFilter`) runs right after decoding, in the daemon and in the catch-up's
 reading tasks, so filtered rows are never cached, spilled, fetched (large messages) or planned.
@@ -31,7 +31,6 @@ DDLs:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,30 +39,16 @@ from applier.codec.events import DDLEvent, Event, LargeMessageEvent, ResolvedEve
 from applier.errors import InputError
 from applier.stream.progress import TableKey
 from sqlgen.ddl_guard import table_flows
+from sqlgen.table_pattern import TablePattern, parse_table_pattern
 
 __all__ = ["EventFilter", "FilteredSourceError", "TableFilter", "table_event_filter"]
-
-_IDENT_CHARS = re.compile(r"[0-9A-Za-z$_\x80-\U0010ffff]")
 
 
 @dataclass(frozen=True)
 class _Rule:
     text: str
     positive: bool
-    schema: re.Pattern[str]
-    table: re.Pattern[str]
-    table_is_all: bool  # the table part is ``*``: a ``!`` rule then excludes the whole schema
-    search: tuple[bool, bool]  # (schema, table) part is a /regex/: matches a substring
-
-    def matches(self, schema: str, table: str) -> bool:
-        return _match(self.schema, schema, self.search[0]) and _match(self.table, table, self.search[1])
-
-
-def _match(pattern: re.Pattern[str], name: str, search: bool) -> bool:
-    return (pattern.search(name) if search else pattern.fullmatch(name)) is not None
-
-
-_FLAGS = re.IGNORECASE | re.DOTALL
+    pattern: TablePattern
 
 
 def _parse_rule(text: str) -> _Rule | None:
@@ -75,98 +60,10 @@ def _parse_rule(text: str) -> _Rule | None:
     body = line if positive else line[1:]
     if body.startswith("@"):
         raise ValueError("importing rules from a file (@FILE) is not supported: list the rules instead")
-    schema, schema_search, _all, rest = _pattern(body, "schema")
-    if not rest.startswith("."):
-        raise ValueError("expected '.' between the schema and the table pattern")
-    table, table_search, table_all, rest = _pattern(rest[1:], "table")
+    pattern, rest = parse_table_pattern(body)
     if rest:
         raise ValueError(f"unexpected {rest!r} after the table pattern")
-    return _Rule(line, positive, schema, table, table_all, (schema_search, table_search))
-
-
-def _pattern(s: str, what: str) -> tuple[re.Pattern[str], bool, bool, str]:
-    """(compiled pattern, is a /regex/, matches every name, the text after it)."""
-    if not s or s[0] == ".":
-        raise ValueError(f"missing {what} pattern")
-    head = s[0]
-    if head == "/":
-        i = 1
-        while i < len(s) and s[i] != "/":
-            i += 2 if s[i] == "\\" else 1
-        if i >= len(s) or i == 1:
-            raise ValueError(f"the {what} regular expression has no closing '/'")
-        return _compile(s[1:i].replace("\\/", "/"), what), True, False, s[i + 1 :]
-    if head in '"`':
-        i = 1
-        while True:
-            i = s.find(head, i)
-            if i < 0:
-                raise ValueError(f"the quoted {what} name has no closing {head}")
-            if s[i + 1 : i + 2] != head:
-                break
-            i += 2
-        name = s[1:i].replace(head * 2, head)
-        if not name:
-            raise ValueError(f"empty quoted {what} name")
-        return _compile(re.escape(name), what), False, False, s[i + 1 :]
-    out: list[str] = []
-    i = 0
-    while i < len(s) and s[i] != ".":
-        c = s[i]
-        if c == "\\":
-            if i + 1 >= len(s):
-                raise ValueError("'\\' at the end of the rule")
-            esc = s[i + 1]
-            if esc.isascii() and esc.isalnum():
-                raise ValueError(f"'\\{esc}': a letter or digit cannot be escaped")
-            out.append(re.escape(esc))
-            i += 2
-        elif c == "*":
-            out.append(".*")
-            i += 1
-        elif c == "?":
-            out.append(".")
-            i += 1
-        elif c == "[":
-            cls, i = _char_class(s, i)
-            out.append(cls)
-        elif _IDENT_CHARS.fullmatch(c):
-            out.append(re.escape(c))
-            i += 1
-        else:
-            raise ValueError(f"unexpected special character {c!r} (escape it with '\\' or quote the name)")
-    matches_all = bool(out) and all(p == ".*" for p in out)
-    return _compile("".join(out), what), False, matches_all, s[i:]
-
-
-def _char_class(s: str, start: int) -> tuple[str, int]:
-    """``[...]`` at ``start`` as a regex class, and the index after it. ``[!...]`` negates; ``-``
-    makes a range; any other character (``\\``-escaped ones too) stands for itself."""
-    i = start + 1
-    negate = s[i : i + 1] == "!"
-    i += negate
-    parts: list[str] = []
-    while i < len(s) and s[i] != "]":
-        c = s[i]
-        if c == "\\":
-            esc = s[i + 1 : i + 2]
-            if not esc or (esc.isascii() and esc.isalnum()):
-                raise ValueError(f"bad escape in the character class {s[start:]!r}")
-            parts.append(re.escape(esc))
-            i += 2
-        else:
-            parts.append("-" if c == "-" else re.escape(c))
-            i += 1
-    if i >= len(s) or not parts:
-        raise ValueError(f"unclosed or empty character class {s[start:]!r}")
-    return "[" + ("^" if negate else "") + "".join(parts) + "]", i + 1
-
-
-def _compile(source: str, what: str) -> re.Pattern[str]:
-    try:
-        return re.compile(source, _FLAGS)
-    except re.error as exc:
-        raise ValueError(f"bad {what} pattern: {exc}") from None
+    return _Rule(line, positive, pattern)
 
 
 class TableFilter:
@@ -206,7 +103,7 @@ class TableFilter:
         if verdict is None:
             verdict = not self._newest_first
             for rule in self._newest_first:
-                if rule.matches(schema, table):
+                if rule.pattern.matches(schema, table):
                     verdict = rule.positive
                     break
             self._tables[key] = verdict
@@ -219,7 +116,7 @@ class TableFilter:
         if verdict is None:
             verdict = not self._newest_first
             for rule in self._newest_first:
-                if _match(rule.schema, schema, rule.search[0]) and (rule.positive or rule.table_is_all):
+                if rule.pattern.schema.matches(schema) and (rule.positive or rule.pattern.table.matches_all):
                     verdict = rule.positive
                     break
             self._schemas[schema] = verdict

@@ -45,10 +45,40 @@ def fixture_router() -> Router:
         (["a\\*.t=d.t"], ("a*", "t"), ("d", "t")),
         (["src.* -> dst.*"], ("src", "t"), ("dst", "t")),
         (["s.*=`x.y`.t"], ("s", "q"), ("x.y", "t")),
+        (["src.*->dst.*"], ("src", "t"), ("dst", "t")),
+        (["my\\-db.t=d.t"], ("my-db", "t"), ("d", "t")),  # a special character escaped...
+        (["`my-db`.t=d.t"], ("my-db", "t"), ("d", "t")),  # ...or quoted (unescaped: refused, below)
     ],
 )
 def test_a_rule_maps_names(rules, upstream, expected) -> None:
     assert Router.from_rules(rules).table(*upstream) == expected
+
+
+# FROM is read by the table filter's parser (sqlgen.table_pattern, TiDB's grammar): these cases
+# were read differently by routing's own parser before, and now follow the filter's rules.
+@pytest.mark.parametrize(
+    ("rules", "upstream", "expected"),
+    [
+        # /regex/ parts (new): a substring match, as in a filter rule
+        (["/^shard_[0-9]+$/.*=merged.{table}"], ("Shard_12", "t"), ("merged", "t")),
+        (["/^shard_[0-9]+$/.*=merged.{table}"], ("shard_x", "t"), ("shard_x", "t")),
+        (["db./log/=logs.{table}"], ("db", "access_log_1"), ("logs", "access_log_1")),
+        (["/a=b/./x->y/=d.t"], ("a=b", "x->y"), ("d", "t")),  # '=' and '->' inside a regex
+        # a quoted FROM name may hold '=' (the rule used to be cut at its first '=')
+        (['"a=b".t=d.t'], ("a=b", "t"), ("d", "t")),
+        # a class escapes with '\\' (the backslash used to be a member of the class)
+        (["s[\\]x].t=d.t"], ("s]", "t"), ("d", "t")),
+        (["s[\\]x].t=d.t"], ("s\\", "t"), ("s\\", "t")),
+    ],
+)
+def test_from_follows_the_table_filter_grammar(rules, upstream, expected) -> None:
+    assert Router.from_rules(rules).table(*upstream) == expected
+
+
+def test_a_table_part_of_stars_routes_the_whole_schema() -> None:
+    """``**`` matches every table as ``*`` does, so the filter's parser counts it as ``*``: it now
+    routes schema-level DDL too (it did not before)."""
+    assert Router.from_rules(["src.**=dst.*"]).schema("src") == "dst"
 
 
 def test_the_first_matching_rule_wins() -> None:
@@ -62,17 +92,29 @@ def test_the_first_matching_rule_wins() -> None:
     ("rule", "message"),
     [
         ("prod.*", "expected FROM=TO"),
-        ("prod=replica.t", "expected schema.table"),
+        # the table-filter grammar reads FROM and says what it expected after the schema part
+        ("prod=replica.t", "expected '.' between the schema and the table pattern"),
         ("prod.*=replica", "expected schema.table"),
         ("a.b.c=d.e", "expected schema.table"),
         ("prod.*=replica.{tbl}", r"unknown placeholder \{tbl\}"),
         ("prod.*={table}.x", r"\{table\} may only appear in the target table"),
         ("prod.*=replica.t*", "may hold only text"),
         ("prod.*=replica.{table", "unbalanced brace"),
-        ("pr[od.*=replica.t", "unterminated"),
+        ("pr[od.*=replica.t", "unclosed or empty character class"),  # the filter's wording
         ("=replica.t", "expected FROM=TO"),
         ("prod.*=replica.", "empty target name"),
-        ("`prod.*=r.t", "unterminated"),
+        ("`prod.*=r.t", "the quoted schema name has no closing `"),  # the filter's wording
+        ("prod.*=r.t`", "unterminated ` quote"),  # in TO
+        ("db.[]=x.t", "unclosed or empty character class"),  # the filter's wording
+        # the filter's rules, new for FROM (each of these used to be accepted, the first ones
+        # matching the text literally): special characters escaped or quoted, no escaped letter or
+        # digit, no empty quoted name, no blank inside the pattern, a /regex/ that compiles
+        ("db-x.t=d.t", "expected '.' between the schema and the table pattern, found '-'"),
+        ("db.my-t=d.t", r"unexpected '-' after the FROM pattern 'db\.my'"),
+        ("d\\b.t=x.t", "cannot be escaped"),
+        ('"".t=x.t', "empty quoted schema name"),
+        ("db .t=x.t", "expected '.' between the schema and the table pattern, found ' '"),
+        ("/(/.t=x.t", "bad schema pattern"),
     ],
 )
 def test_an_invalid_rule_is_refused_by_name(rule, message) -> None:
@@ -84,6 +126,12 @@ def test_an_invalid_rule_is_refused_by_name(rule, message) -> None:
 def test_rule_texts_accept_every_setting_shape() -> None:
     assert rule_texts("a.*=b.*, c.t=d.t\ne.*=f.*") == ["a.*=b.*", "c.t=d.t", "e.*=f.*"]
     assert rule_texts("s[a,b].*=d.*") == ["s[a,b].*=d.*"]  # no split inside a class
+    # a FROM is read with the pattern grammar: a comma in its /regex/ stays (new with /regex/ parts)
+    assert rule_texts("/^s[0-9]{1,2}$/.*=d.*, `a,b`.t=`c,d`.t") == [
+        "/^s[0-9]{1,2}$/.*=d.*",
+        "`a,b`.t=`c,d`.t",
+    ]
+    assert rule_texts("a.*, b.*=c.*") == ["a.*", "b.*=c.*"]  # the first is then refused by name
     assert rule_texts(["a.*=b.*", "c.t=d.t"]) == ["a.*=b.*", "c.t=d.t"]
     assert rule_texts({"a.*": "b.*", "c.t": "d.t"}) == ["a.*=b.*", "c.t=d.t"]
     assert rule_texts([{"from": "a.*", "to": "b.*"}]) == ["a.*=b.*"]
