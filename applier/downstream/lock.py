@@ -7,7 +7,8 @@ move rows backwards. The lock is a MySQL/MariaDB user-level lock (``GET_LOCK``) 
 * it lives on the downstream itself, so "same downstream" needs no extra coordination service;
 * the server releases it when the holding session ends for any reason (process exit, crash,
   ``KILL``, network loss noticed by the server), so a standby that keeps asking gets it within
-  about one poll after that;
+  about one poll after that; a holder whose lock session died only on its own side ends that
+  session itself and takes the lock again (:meth:`ActiveLock.is_held`);
 * it is not on the apply session because the apply session is closed and reopened by the retry
   logic, which would drop the lock and let a standby in mid-failover.
 
@@ -39,7 +40,7 @@ from typing import Final
 import pymysql
 
 from applier.downstream.errors import is_connection_loss, is_transient
-from applier.downstream.session import close_quietly, connect, connection_id
+from applier.downstream.session import SessionRef, close_quietly, connect, end_session, session_ref
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from applier.ops.logs import get_logger
@@ -125,6 +126,7 @@ class ActiveLock:
         self._connect = connect_fn or (lambda c: connect(c, autocommit=True))
         self._conn: pymysql.connections.Connection | None = None
         self._connection_id: int | None = None
+        self._session: SessionRef | None = None
         self._mutex = threading.Lock()  # PyMySQL connections are not thread-safe
         self._held = False
         self._lost = threading.Event()
@@ -149,7 +151,8 @@ class ActiveLock:
         try:
             with conn.cursor() as cur:
                 cur.execute("SET SESSION wait_timeout = %s", (self._idle_timeout,))
-            self._connection_id = connection_id(conn)
+            self._session = session_ref(conn)
+            self._connection_id = self._session.id
         except BaseException:
             close_quietly(conn)
             raise
@@ -243,10 +246,25 @@ class ActiveLock:
         return holds
 
     def _retake(self) -> bool:
-        """Open a new lock session and take the lock if nobody holds it now (no waiting)."""
+        """Open a new lock session and take the lock if nobody holds it now (no waiting).
+
+        When the holder is our own previous lock session (its socket died on our side, a cut or
+        stalled network path, but the server still keeps it, and the lock with it, until its
+        ``wait_timeout``), that session is ended first (``end_session``): it is ours, so the lock
+        is still ours to take, and waiting for the server to notice would only stop the daemon.
+        """
+        previous = self._session
         try:
             with self._mutex:
                 self._open()
+                if self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1:
+                    return True
+                holder = self._query_one("SELECT IS_USED_LOCK(%s)", (self.name,))
+                if previous is None or holder != previous.id:
+                    return False
+                assert self._conn is not None
+                if not end_session(self._conn, previous):
+                    return False
                 return self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
         except Exception:
             return False
