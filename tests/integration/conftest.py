@@ -8,7 +8,9 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
+from applier.kafka.embedded_broker import free_port, start_broker
 from tests.integration.harness import Changefeed
+from tests.integration.tcp_proxy import TcpProxy
 
 
 @pytest.fixture
@@ -17,6 +19,20 @@ def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
     cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
     yield cf
     cf.drop()
+
+
+@pytest.fixture
+def proxied_broker() -> Iterator[TcpProxy]:
+    """A broker of its own behind a forwarder (tests/integration/tcp_proxy.py) that the tests can
+    cut, slow down or stall; the broker advertises the forwarder, whose port is the bootstrap."""
+    port = free_port()
+    broker = start_broker(advertised_port=port)
+    proxy = TcpProxy(broker.port, port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+        broker.stop()
 
 
 LEAST_PRIVILEGE_SCHEMAS = ("ddlc\\_%", "ddlc2\\_%", "fence\\_%", "hostile\\_%", "partition\\_table%")

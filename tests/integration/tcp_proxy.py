@@ -69,12 +69,6 @@ class TcpProxy:
             self._stalled |= self._conns
             return len(self._conns) // 2
 
-    @property
-    def connections(self) -> int:
-        """Connection pairs open now (stalled ones included)."""
-        with self._lock:
-            return len(self._conns) // 2
-
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:

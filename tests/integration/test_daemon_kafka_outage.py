@@ -15,11 +15,9 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from applier.kafka.embedded_broker import free_port, start_broker
 from applier.simulator import StreamConfig, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
@@ -33,27 +31,14 @@ MAX_OUTAGE_LINES = 15
 RAW_LIBRDKAFKA = re.compile(r"%\d+\|\d+\.\d+\|")  # librdkafka's own stderr format: %LEVEL|TIME|FAC|...
 
 
-@pytest.fixture
-def proxied() -> Iterator[TcpProxy]:
-    """A broker of its own behind a forwarder; the forwarder's port is the bootstrap."""
-    port = free_port()
-    broker = start_broker(advertised_port=port)
-    proxy = TcpProxy(broker.port, port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-        broker.stop()
-
-
 def unreachable_seconds(base: str) -> float | None:
     return value(scrape(base), "applier_kafka_unreachable_seconds")
 
 
 def test_broker_down_8s_gives_a_few_structured_lines_and_unready(
-    proxied: TcpProxy, downstream_url: str, mariadb_params: dict
+    proxied_broker: TcpProxy, downstream_url: str, mariadb_params: dict
 ) -> None:
-    bootstrap = f"127.0.0.1:{proxied.port}"
+    bootstrap = f"127.0.0.1:{proxied_broker.port}"
     feed = Changefeed(bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
     feed.extra_args += ["--http-listen", "127.0.0.1:0", "--log-format", "json"]
     try:
@@ -69,7 +54,7 @@ def test_broker_down_8s_gives_a_few_structured_lines_and_unready(
             assert unreachable_seconds(base) == 0
             before = len(read_log(proc).splitlines())
 
-            proxied.cut()
+            proxied_broker.cut()
             down_at = time.monotonic()
             wait_until(
                 lambda: http_get(base + "/readyz")[0] == 503, 60, "/readyz 503 while unreachable", proc
@@ -79,7 +64,7 @@ def test_broker_down_8s_gives_a_few_structured_lines_and_unready(
             wait_until(lambda: (unreachable_seconds(base) or 0) > 0, 30, "the unreachable metric", proc)
             time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - down_at)))
             assert http_get(base + "/readyz")[0] == 503  # still down: nothing answered meanwhile
-            proxied.restore()
+            proxied_broker.restore()
 
             wait_for_output(proc, "broker reachable again", 60)
             wait_until(lambda: http_get(base + "/readyz")[0] == 200, 60, "/readyz 200 after the outage", proc)

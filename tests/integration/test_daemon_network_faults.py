@@ -23,7 +23,6 @@ import pymysql
 import pytest
 
 from applier.downstream.lock import lock_name
-from applier.kafka.embedded_broker import free_port, start_broker
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 from tests.integration.ops_support import wait_until
@@ -132,35 +131,22 @@ def test_a_stalled_database_path_is_given_up_and_its_sessions_ended(
         admin.close()
 
 
-@pytest.fixture
-def broker_proxy() -> Iterator[TcpProxy]:
-    """A broker of its own that advertises a forwarder in front of it."""
-    port = free_port()
-    broker = start_broker(advertised_port=port)
-    proxy = TcpProxy(broker.port, port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-        broker.stop()
-
-
 def test_a_stalled_broker_path_is_given_up(
-    broker_proxy: TcpProxy, downstream_url: str, mariadb_params: dict
+    proxied_broker: TcpProxy, downstream_url: str, mariadb_params: dict
 ) -> None:
     """The broker path stalls mid-stream (nothing answered, nothing closed): the client gives the
     connections up after ``socket.timeout.ms`` (librdkafka's default is 60 s; 5 s here), connects
     again and the stream converges. Latency on the path costs nothing but time."""
-    bootstrap = f"127.0.0.1:{broker_proxy.port}"
+    bootstrap = f"127.0.0.1:{proxied_broker.port}"
     feed = Changefeed(bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
     feed.extra_args += ["--kafka-config", "socket.timeout.ms=5000"]
     try:
         sim = stream(feed, "all-classic", transactions=600)
-        broker_proxy.latency = 0.002
+        proxied_broker.latency = 0.002
         proc = feed.start()
         try:
             wait_for_output(proc, "window applied", timeout=60)
-            assert broker_proxy.stall() >= 1
+            assert proxied_broker.stall() >= 1
             converge(feed, proc, sim)
         finally:
             stop(proc, signal.SIGTERM)
