@@ -12,7 +12,8 @@ levels: the JSON documents (a node replaced by another JSON type, a huge number,
 bad base64, bad UTF-8, deep nesting, a duplicated key; events dropped, repeated or swapped), the
 compressed values (a snappy header claiming gigabytes, a value decoded with another compression
 than it was written with) and the framed bytes (bits flipped, bytes inserted or deleted,
-truncation, length prefixes changed).
+truncation, length prefixes changed). Claim-check objects (docs/open-protocol.md §9.1) wrap such
+records in base64 and are fuzzed the same way: only BadClaimCheckObject may escape them.
 
 Memory: decoding runs under an address-space limit of 1 GiB more than the process already uses,
 so a small input that makes the decoder (or a library under it) allocate gigabytes fails here
@@ -30,6 +31,7 @@ minute.
 
 from __future__ import annotations
 
+import base64
 import faulthandler
 import json
 import os
@@ -49,13 +51,16 @@ from applier.codec import decoder
 from applier.codec.compression import decompressor, snappy_bound
 from applier.codec.decoder import DecoderOptions, decode_record, decode_record_careful
 from applier.codec.errors import MalformedRecordError
+from applier.codec.events import LargeMessageEvent, Position, RowEvent
 from applier.codec.framing import split_record
+from applier.large_messages.claim_check import BadClaimCheckObject, row_from_object
 from applier.simulator.stream import StreamConfig, simulate
 from tests.builders import compress_value, ddl_event
 from tests.unit.test_codec_fastpath import assert_same
 
 EXAMPLES = int(os.environ.get("APPLIER_FUZZ_EXAMPLES", "3000"))
-"""Inputs per fuzz test: bounded for ``make test``, raised by hand for a longer run."""
+"""Mutated records: bounded for ``make test``, raised by hand for a longer run (random bytes get
+half as many, claim-check objects a sixth)."""
 
 HANG_SECONDS = 60
 U64 = struct.Struct(">Q")
@@ -401,7 +406,7 @@ def test_mutated_records_decode_or_raise_malformed_record(case: tuple[bytes, byt
         assert_same(*case)
 
 
-@FUZZ
+@settings(FUZZ, max_examples=max(EXAMPLES // 2, 1))
 @given(st.binary(max_size=64), st.binary(max_size=256), st.sampled_from(OPTIONS))
 def test_random_bytes_decode_or_raise_malformed_record(
     key: bytes, value: bytes, options: DecoderOptions
@@ -410,6 +415,41 @@ def test_random_bytes_decode_or_raise_malformed_record(
     with bounded_memory_and_time():
         assert_same(key, value, options)
         assert_same(U64.pack(1) + key, value, options)
+
+
+@st.composite
+def claim_check_object(draw: st.DrawFn) -> tuple[bytes, LargeMessageEvent, DecoderOptions]:
+    """A claim-check object around a fuzzed record (its fields sometimes no base64 string at
+    all), and a reference naming the row of the record's first key when that key still parses."""
+    key, value, options = draw(fuzzed_record())
+    fields: dict[str, Any] = {
+        "key": base64.b64encode(key).decode(),
+        "value": base64.b64encode(value).decode(),
+    }
+    for name in draw(st.lists(st.sampled_from(["key", "value", "extra"]), max_size=2)):
+        fields[name] = draw(REPLACEMENTS)
+    try:
+        first = json.loads(key[16 : 16 + U64.unpack_from(key, 8)[0]])
+        ts, schema, table = int(first["ts"]), str(first.get("scm", "")), str(first.get("tbl", ""))
+    except (ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError):
+        ts, schema, table = 1, "s", "t"
+    ref = LargeMessageEvent(ts, schema, table, False, "file:///cc/a.json", None, Position("tp", 1, 2, 0))
+    return emit(fields, draw(st.booleans())), ref, options
+
+
+@settings(FUZZ, max_examples=max(EXAMPLES // 6, 1))
+@given(claim_check_object())
+def test_claim_check_objects_give_a_row_or_raise_bad_claim_check_object(
+    case: tuple[bytes, LargeMessageEvent, DecoderOptions],
+) -> None:
+    """A claim-check object is decoder input too: only BadClaimCheckObject may escape."""
+    data, ref, options = case
+    with bounded_memory_and_time():
+        try:
+            row = row_from_object(data, ref, options)
+        except BadClaimCheckObject:
+            return
+    assert type(row) is RowEvent and row.pos == ref.pos
 
 
 @pytest.mark.parametrize("options", OPTIONS)
