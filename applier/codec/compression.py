@@ -11,12 +11,31 @@ from collections.abc import Callable
 
 import cramjam
 
+from applier.codec.problem import Problem
+
 Decompressor = Callable[[bytes], memoryview]
 
 SUPPORTED = ("snappy", "lz4")
 
 
+def snappy_bound(compressed: int) -> int:
+    """The most bytes a raw snappy block of ``compressed`` bytes can decompress to.
+
+    No element of the format yields more than 64 bytes from 3 bytes of input (a copy with a
+    2-byte offset), so more than 64 bytes per 3 cannot be honest.
+    """
+    return 64 * (compressed // 3 + 1)
+
+
 def _snappy(doc: bytes) -> memoryview:
+    # The block starts with its uncompressed length, which the library allocates before reading
+    # further: a few bytes claiming 4 GiB would abort the process under an address-space limit.
+    claimed = cramjam.snappy.decompress_raw_len(doc)
+    if claimed > snappy_bound(len(doc)):
+        raise Problem(
+            f"snappy value claims {claimed} uncompressed bytes, more than its {len(doc)} bytes can hold",
+            doc,
+        )
     # cramjam returns its own Buffer type; orjson accepts a memoryview over it without a copy.
     return memoryview(cramjam.snappy.decompress_raw(doc))
 

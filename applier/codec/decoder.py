@@ -2,7 +2,10 @@
 
 ``decode_record`` is the applier's hot path. It frames the record, parses every key and value
 document with orjson, validates and converts column values in place (see values.py). Every kind
-of bad input surfaces as :class:`MalformedRecordError` carrying the record's position.
+of bad input surfaces as :class:`MalformedRecordError` carrying the record's position. A
+MemoryError is the one exception that is never turned into it: it says that this process ran
+out of memory, not that the record is bad, and no small input may cause one (the fuzz tests,
+tests/unit/test_codec_fuzz.py, decode under an address-space limit to check that).
 
 Each event is decoded by one of two paths with the same results:
 
@@ -296,6 +299,8 @@ def _careful_event(
         raise Problem(f"unknown event kind t={kind!r}")
     except Problem as e:
         raise _EventError(e.reason, e.excerpt if e.excerpt is not None else doc) from e
+    except MemoryError:  # running out of memory says nothing about the input (see module docstring)
+        raise
     except Exception as e:
         raise _EventError(f"{type(e).__name__}: {e}", doc) from e
 
@@ -314,6 +319,8 @@ def _split(key: Any, value: Any, topic: str, partition: int, offset: int) -> tup
         return split_record(key, value)
     except Problem as e:
         raise _malformed(e.reason, e.excerpt, topic, partition, offset, -1) from None
+    except MemoryError:
+        raise
     except Exception as e:  # e.g. a key of a type that is not bytes-like
         raise _malformed(f"{type(e).__name__}: {e}", key, topic, partition, offset, -1) from None
 

@@ -330,6 +330,8 @@ def _normalize_rest(row: dict[str, Any], failed: Any, plan: ValuePlan) -> None:
             _normalize_column(col, plan)
         except Problem as e:
             raise Problem(f"column {name!r}: {e.reason}", e.excerpt) from e
+        except MemoryError:  # not the input's fault (see applier.codec.decoder)
+            raise
         except Exception as e:
             raise Problem(f"column {name!r}: {type(e).__name__}: {e}", repr(col)) from e
 

@@ -62,10 +62,13 @@ class Changefeed:
             *more,
         ]
 
-    def start(self, *more: str, log_path: str | None = None) -> subprocess.Popen:
+    def start(
+        self, *more: str, log_path: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         """Start the daemon in the background, its output going to a log file (never a pipe that
-        could fill up and block it); ``proc.log_path`` says where."""
-        env = dict(os.environ)
+        could fill up and block it); ``proc.log_path`` says where. ``env`` is added to the
+        test's environment."""
+        env = {**os.environ, **(env or {})}
         env.pop("APPLIER_CONFIG", None)
         if log_path is None:
             fd, log_path = tempfile.mkstemp(prefix="applier-", suffix=".log")

@@ -49,11 +49,16 @@ def dumps(obj: Any, ascii_only: bool = False) -> bytes:
 
 def outcome(fn: Any, key: bytes, value: bytes, options: DecoderOptions) -> tuple[str, Any]:
     """What a decoder makes of a record, in a form where 1, 1.0, True, b"" and "" all differ and
-    dict order counts (repr), so that equal outcomes mean the same events."""
+    dict order counts (repr), so that equal outcomes mean the same events. Either way the record's
+    position must be where it says: the error's, or every event's."""
     try:
         events = fn(key, value, topic="tp", partition=1, offset=2, options=options)
     except MalformedRecordError as e:
+        assert (e.topic, e.partition, e.offset) == ("tp", 1, 2)
         return "error", (e.reason, e.index, e.excerpt)
+    assert [(e.pos.topic, e.pos.partition, e.pos.offset, e.pos.index) for e in events] == [
+        ("tp", 1, 2, i) for i in range(len(events))
+    ]
     return "events", repr(events)
 
 
