@@ -158,6 +158,20 @@ def store_uri(
     return root + "?" + "&".join(f"{k}={quote(v, safe=':/')}" for k, v in query.items())
 
 
+def client_env(endpoint: str, creds: Credentials = ANY_KEYS) -> dict[str, str]:
+    """The environment an S3 client outside this process needs for the test server (a broker
+    storing its topics there): endpoint, plain HTTP allowed, region and keys, under the names the
+    AWS SDKs and the ``object_store`` crate read."""
+    return {
+        "AWS_ENDPOINT": endpoint,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        **creds.env(),
+    }
+
+
 def _set_auth(endpoint: str, unauthenticated_requests: float) -> None:
     """moto's switch: IAM checks start after this many more requests (inf: never)."""
     request = urllib.request.Request(
