@@ -774,11 +774,16 @@ class _Emitter:
                 self._release(span, may_fail=False)
         if self.lost and (blocked is None or any(e.span and e.span[0] in blocked for e in self.lost)):
             self.restart_failed_spans()
+        # Every partition's rows first, then the event everywhere: TiCDC writes a resolved ts
+        # (or runs a DDL) only once the rows it must follow were acknowledged on *every*
+        # partition, so no row below it reaches any partition after it reached one. (Flushing
+        # and emitting partition by partition put a new partition's first rows after the
+        # resolved ts the others had already received.)
         for p in range(self.cfg.partitions):
             if blocked is None or any(e.span and e.span[0] in blocked for e in self.pending[p]):
                 self.flush(p)
-            if p < self.used:
-                self._emit(p, [entry])
+        for p in range(self.used):
+            self._emit(p, [entry])
 
     def resolved(self, ts: int) -> None:
         """A resolved ts: every row at or below it is delivered first (the checkpoint is the

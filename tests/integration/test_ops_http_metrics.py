@@ -58,9 +58,14 @@ def test_metrics_move_as_rows_are_applied_and_probes_answer(feed: Changefeed) ->
         first = wait_until(
             lambda: scrape_when(
                 base,
+                # The per-partition gauges are refreshed on the loop's ticks (every 0.1-0.5 s), the
+                # counters at each commit: wait until a refresh has seen every partition read.
                 lambda s: (
                     total(s, "applier_rows_applied_total") > 0
-                    and value(s, "applier_partition_resolved_ts", partition="0") is not None
+                    and all(
+                        value(s, "applier_partition_read_offset", partition=str(p)) is not None
+                        for p in range(PARTITIONS)
+                    )
                 ),
             ),
             60,
