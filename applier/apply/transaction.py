@@ -8,6 +8,13 @@ after a backoff; any other error rolls back and propagates at once. Replaying is
 because a unit is all in memory and either committed whole or not at all; a unit whose COMMIT
 may have landed before the connection died must check that itself on its next attempt (the
 daemon's windows and the catch-up's keyless tables do, through the checkpoint).
+
+A lost connection may be lost on our side only (a read timeout, a network path that stopped
+forwarding): the server then keeps the old session, inside its transaction and holding its row
+locks, for as long as its ``wait_timeout``. So the new session first ends the old one and waits
+until it is gone (``applier.downstream.session.end_session``): the replay does not wait on the old
+session's locks, and the old transaction's outcome is final before anyone asks the checkpoint
+whether it committed.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from collections.abc import Callable
 import pymysql
 
 from applier.downstream.retry import Backoff, RetryInfo, run_with_retry
-from applier.downstream.session import close_quietly, connect
+from applier.downstream.session import SessionRef, close_quietly, connect, end_session, session_ref
 from applier.downstream.url import DownstreamConfig
+from applier.ops.logs import get_logger
 
 Unit = Callable[[pymysql.connections.Connection], None]
 
@@ -30,7 +38,8 @@ class TransactionRunner:
 
     ``max_time``: how long one unit may keep failing before its last error propagates (None: for
     ever, what a daemon riding out a database restart wants). ``on_connect`` is called with each
-    new session (the daemon learns its connection id there); ``on_reconnect`` after a reconnect.
+    new session; ``on_reconnect`` after a reconnect, once the previous session is ended.
+    ``session`` names the current session on the server (the statement watch looks for its id).
     """
 
     def __init__(
@@ -52,6 +61,8 @@ class TransactionRunner:
         self.on_connect = on_connect
         self.on_reconnect = on_reconnect
         self.transactions = 0
+        self.session: SessionRef | None = None
+        self.log = get_logger(component="transaction")
         self._conn: pymysql.connections.Connection | None = None
 
     @property
@@ -59,18 +70,25 @@ class TransactionRunner:
         """The session, opened when first needed."""
         if self._conn is None:
             conn = connect(self.downstream)
-            if self.on_connect is not None:
-                try:
+            try:
+                self.session = session_ref(conn)
+                if self.on_connect is not None:
                     self.on_connect(conn)
-                except BaseException:
-                    close_quietly(conn)
-                    raise
+            except BaseException:
+                close_quietly(conn)
+                raise
             self._conn = conn
         return self._conn
 
     def reconnect(self) -> None:
+        previous = self.session
         self.close()
-        _ = self.conn
+        conn = self.conn
+        if previous is not None and not end_session(conn, previous):
+            self.log.warning(
+                "the lost session could not be ended; the server keeps it until its wait_timeout",
+                session_id=previous.id,
+            )
         if self.on_reconnect is not None:
             self.on_reconnect()
 

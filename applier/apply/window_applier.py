@@ -21,7 +21,6 @@ from applier.apply.transaction import TransactionRunner
 from applier.codec.events import tso_physical_ms
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog
-from applier.downstream.session import connection_id
 from applier.downstream.url import DownstreamConfig
 from applier.downstream.watch import StatementWatch, Watched
 from applier.errors import FatalError
@@ -182,7 +181,8 @@ class WindowApplier:
         return self._tx.conn
 
     def _on_connect(self, conn: pymysql.connections.Connection) -> None:
-        self._connection_id = connection_id(conn)  # for the statement watch
+        assert self._tx.session is not None  # set before on_connect is called
+        self._connection_id = self._tx.session.id  # for the statement watch
         if self._binder is None:
             # Only ever used for cursor.mogrify (no I/O), so any session of ours will do, even
             # after it is closed by a reconnect.

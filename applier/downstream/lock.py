@@ -7,7 +7,8 @@ move rows backwards. The lock is a MySQL/MariaDB user-level lock (``GET_LOCK``) 
 * it lives on the downstream itself, so "same downstream" needs no extra coordination service;
 * the server releases it when the holding session ends for any reason (process exit, crash,
   ``KILL``, network loss noticed by the server), so a standby that keeps asking gets it within
-  about one poll after that;
+  about one poll after that; a holder whose lock session died only on its own side ends that
+  session itself and takes the lock again (:meth:`ActiveLock.is_held`);
 * it is not on the apply session because the apply session is closed and reopened by the retry
   logic, which would drop the lock and let a standby in mid-failover.
 
@@ -39,7 +40,7 @@ from typing import Final
 import pymysql
 
 from applier.downstream.errors import is_connection_loss, is_transient
-from applier.downstream.session import close_quietly, connect, connection_id
+from applier.downstream.session import SessionRef, close_quietly, connect, end_session, session_ref
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from applier.ops.logs import get_logger
@@ -125,6 +126,7 @@ class ActiveLock:
         self._connect = connect_fn or (lambda c: connect(c, autocommit=True))
         self._conn: pymysql.connections.Connection | None = None
         self._connection_id: int | None = None
+        self._session: SessionRef | None = None
         self._mutex = threading.Lock()  # PyMySQL connections are not thread-safe
         self._held = False
         self._lost = threading.Event()
@@ -149,7 +151,8 @@ class ActiveLock:
         try:
             with conn.cursor() as cur:
                 cur.execute("SET SESSION wait_timeout = %s", (self._idle_timeout,))
-            self._connection_id = connection_id(conn)
+            self._session = session_ref(conn)
+            self._connection_id = self._session.id
         except BaseException:
             close_quietly(conn)
             raise
@@ -243,11 +246,30 @@ class ActiveLock:
         return holds
 
     def _retake(self) -> bool:
-        """Open a new lock session and take the lock if nobody holds it now (no waiting)."""
+        """Open a new lock session and take the lock if nobody holds it now (no waiting).
+
+        When the holder is our own previous lock session (its socket died on our side, a cut or
+        stalled network path, but the server still keeps it, and the lock with it, until its
+        ``wait_timeout``), that session is ended first (``end_session``): it is ours, so the lock
+        is still ours to take, and waiting for the server to notice would only stop the daemon.
+        """
+        with self._mutex:
+            return self._retake_locked()
+
+    def _retake_locked(self) -> bool:
+        """:meth:`_retake` for a caller that already holds the mutex."""
+        previous = self._session
         try:
-            with self._mutex:
-                self._open()
-                return self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
+            self._open()
+            if self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1:
+                return True
+            holder = self._query_one("SELECT IS_USED_LOCK(%s)", (self.name,))
+            if previous is None or holder != previous.id:
+                return False
+            assert self._conn is not None
+            if not end_session(self._conn, previous):
+                return False
+            return self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
         except Exception:
             return False
 
@@ -263,11 +285,12 @@ class ActiveLock:
         Why here: a DDL commits on its own, so the owner fence of the checkpoint cannot stop a
         stale instance from running one. The check and the DDL share the session that holds the
         lock, and the heartbeat waits meanwhile, so no other instance can hold the lock between
-        the two. A lock found gone is lost for good (no re-take: a standby may have it). The
+        the two. A lock found held by another session is lost for good (a standby may have it); a
+        lock session that died only on our side is ended and the lock re-taken (``_retake``). The
         session's read timeout is lifted while the DDL runs (a long ALTER is not a dead server;
         hung statements are watched elsewhere). ``on_start`` gets the session's connection id
-        (for the statement watch). Database errors of the DDL propagate; a lost session
-        raises :class:`LockLost` (it took the lock with it).
+        (for the statement watch). Database errors of the DDL propagate, a lost session too once
+        the lock is re-taken; a lost session whose lock cannot be re-taken raises :class:`LockLost`.
         """
         with self._mutex:
             if self._conn is None or not self._held or self._lost.is_set():
@@ -297,6 +320,17 @@ class ActiveLock:
                 raise
             except pymysql.err.MySQLError as exc:
                 if isinstance(exc, pymysql.err.InterfaceError) or not conn.open or is_connection_loss(exc):
+                    if self._retake_locked():
+                        # Our session died on our side only: it is ended on the server (a DDL it
+                        # was running with it) and the lock is ours again on a new session. The
+                        # lost connection propagates as the transient error it is: the caller
+                        # replays, and a DDL that was sent is settled from the journal.
+                        _log.warning(
+                            "single-active lock session failed during a DDL; lock re-taken",
+                            lock=self.name,
+                            error=repr(exc),
+                        )
+                        raise
                     self._lost_locked()
                     why = exc.args[-1] if exc.args else exc
                     if not checked:

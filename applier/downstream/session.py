@@ -11,6 +11,10 @@ Every session the applier opens goes through :func:`connect`, so all of them agr
 * utf8mb4 on the wire;
 * ``time_zone`` from the config: TIMESTAMP values arrive as strings in the producer's zone;
 * a fixed, permissive ``sql_mode`` (below), independent of whatever the server's global mode is;
+* TCP keepalive (``KEEPALIVE_IDLE`` / ``KEEPALIVE_INTERVAL`` / ``KEEPALIVE_COUNT``) and, on Linux,
+  ``TCP_USER_TIMEOUT``: a peer that vanished without closing the connection (host down, a
+  firewall or NAT that dropped the flow) is noticed within about a minute even while the session
+  waits for a long statement, which the read timeout of the DDL session does not bound;
 * the client's ``max_allowed_packet`` is the server's session value: PyMySQL keeps its own
   (16 MiB unless told), which would otherwise disagree with a server set lower or higher. The
   statements themselves are sized to the server's value by ``sqlgen`` (the daemon and the
@@ -35,7 +39,10 @@ instead of failing; code writing our own tables (the checkpoint store) validates
 from __future__ import annotations
 
 import contextlib
+import socket
 import ssl
+import time
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pymysql
@@ -53,11 +60,27 @@ __all__ = [
     "DEFAULT_SQL_MODE",
     "DownstreamConnectError",
     "DownstreamUnreachable",
+    "SessionRef",
     "close_quietly",
     "connect",
     "connection_id",
+    "end_session",
+    "session_ref",
     "tls_kwargs",
 ]
+
+KEEPALIVE_IDLE: Final = 30
+"""Seconds of silence on a session before the first keepalive probe."""
+KEEPALIVE_INTERVAL: Final = 10
+KEEPALIVE_COUNT: Final = 3
+"""Unanswered probes after which the kernel resets the connection: idle + count x interval = 60 s."""
+USER_TIMEOUT_MS: Final = 60_000
+"""How long sent data may stay unacknowledged before the kernel gives up on the connection
+(Linux ``TCP_USER_TIMEOUT``; the default retransmission limit is about 15 minutes)."""
+SESSION_END_SECONDS: Final = 30.0
+"""How long :func:`end_session` waits for a killed session to be gone from the server."""
+SERVER_START_TOLERANCE: Final = 3.0
+"""Seconds by which two readings of a server's start time (now - uptime) may differ for one run."""
 
 DEFAULT_SQL_MODE: Final = "NO_AUTO_VALUE_ON_ZERO,ALLOW_INVALID_DATES"
 
@@ -156,11 +179,30 @@ def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.conne
             f"{_HOW_TO_REPOINT}"
         ) from exc
     try:
+        _keep_alive(conn)
         _configure(conn, cfg)
     except BaseException:
         close_quietly(conn)
         raise
     return conn
+
+
+def _keep_alive(conn: pymysql.connections.Connection) -> None:
+    """Turn on TCP keepalive (and the unacknowledged-data limit where the kernel has one) for the
+    session's socket: see the module docstring. A Unix socket has neither, and needs neither."""
+    sock = conn._sock  # PyMySQL's socket (an SSLSocket under TLS: the options go through)
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 def _tls_failure(cfg: DownstreamConfig, exc: pymysql.err.MySQLError) -> str | None:
@@ -201,6 +243,74 @@ def connection_id(conn: pymysql.connections.Connection) -> int:
     with conn.cursor() as cur:
         cur.execute("SELECT CONNECTION_ID()")
         return int(cur.fetchone()[0])
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    """A session as the server knows it: its id, and when the server that runs it started.
+
+    Ids restart from 1 when the server restarts (and differ between the servers behind a
+    failover address), so an id alone may name someone else's session later on."""
+
+    id: int
+    server_started: float  # Unix seconds, to about a second
+
+
+def _server_started(cur: Any) -> float:
+    cur.execute("SELECT UNIX_TIMESTAMP()")
+    now = float(cur.fetchone()[0])
+    cur.execute("SHOW GLOBAL STATUS LIKE 'Uptime'")
+    return now - float(cur.fetchone()[1])
+
+
+def session_ref(conn: pymysql.connections.Connection) -> SessionRef:
+    """The :class:`SessionRef` of ``conn``; opens no transaction."""
+    with conn.cursor() as cur:
+        started = _server_started(cur)
+        cur.execute("SELECT CONNECTION_ID()")
+        return SessionRef(int(cur.fetchone()[0]), started)
+
+
+def end_session(
+    conn: pymysql.connections.Connection, session: SessionRef, timeout: float = SESSION_END_SECONDS
+) -> bool:
+    """End a session of ours that we lost contact with, from ``conn`` (another session), and wait
+    until the server no longer lists it; True once it is gone.
+
+    A connection that died on our side (a read timeout, a cut network path, a proxy that stopped
+    forwarding) may live on in the server for hours: still in its transaction, holding its row
+    locks (a replay of the same rows would wait on them) or a named lock, and possibly still able
+    to commit. Killing it and waiting until it is gone makes its outcome final before the caller
+    decides what to do next (replay, or learn from the checkpoint that the commit landed). A
+    session of a server that has restarted since (or of another server) ended with it: nothing
+    is killed then, since its id may now be someone else's. Best effort: a server that refuses
+    (a session of another user without the privilege) or cannot tell leaves the session to its
+    ``wait_timeout``; False then.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        with conn.cursor() as cur:
+            if abs(_server_started(cur) - session.server_started) > SERVER_START_TOLERANCE:
+                return True
+            try:
+                cur.execute("KILL CONNECTION %s", (session.id,))
+            except pymysql.err.OperationalError as exc:
+                if error_code(exc) != 1094:  # unknown thread: already gone
+                    return False
+            while True:
+                cur.execute(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (session.id,)
+                )
+                gone = cur.fetchone()[0] == 0
+                if gone or time.monotonic() >= deadline:
+                    return gone
+                time.sleep(0.05)
+    except pymysql.err.MySQLError:
+        return False
+    finally:
+        if not conn.get_autocommit():
+            with contextlib.suppress(pymysql.err.Error):
+                conn.rollback()  # the PROCESSLIST reads must not leave a transaction open
 
 
 def _configure(conn: pymysql.connections.Connection, cfg: DownstreamConfig) -> None:

@@ -23,7 +23,8 @@ works unescaped):
   ``ssl_mode`` means ``verify_ca`` (as in the MySQL client); ``ssl_verify_identity=true`` means
   ``verify_identity``.
 * ``connect_timeout``, ``read_timeout``, ``write_timeout`` — seconds; ``0`` or ``none`` for no
-  read/write timeout.
+  read/write timeout. The read timeout (default 300 s) bounds every statement but DDLs, which run
+  on the single-active lock's session without one.
 * ``password_file`` — read the password from this file (one trailing newline is stripped).
 
 The URL must not name a database: the applier writes into the schemas named by the stream and
@@ -49,10 +50,12 @@ DEFAULT_PORT: Final = 3306
 DEFAULT_USER: Final = "root"
 DEFAULT_TIME_ZONE: Final = "+00:00"
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
-# No read timeout by default: a legitimate ALTER TABLE on a big table can run for hours, and a
-# timeout would make the applier abandon and replay it. A dead network is still noticed through
-# TCP retransmission limits, and the single-active lock has its own short-timeout connection.
-DEFAULT_READ_TIMEOUT: Final[float | None] = None
+# A bound on every wait for the server's answer: a session whose peer stopped answering without
+# closing (a proxy or firewall that drops the flow, a frozen server) is given up after it, and the
+# unit of work replayed on a new session. The apply and catch-up sessions run only row statements,
+# checkpoint writes and short queries, which never legitimately take minutes; DDLs, which can run
+# for hours, run on the single-active lock's session without a read timeout (downstream/lock.py).
+DEFAULT_READ_TIMEOUT: Final[float | None] = 300.0
 DEFAULT_WRITE_TIMEOUT: Final = 60.0
 
 SSL_MODES: Final = ("disabled", "preferred", "required", "verify_ca", "verify_identity")

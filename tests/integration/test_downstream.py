@@ -12,10 +12,19 @@ from urllib.parse import quote
 import pymysql
 import pytest
 
+from applier.apply.transaction import TransactionRunner
 from applier.downstream.errors import DownstreamConnectError, DownstreamUnreachable
 from applier.downstream.lock import ActiveLock, LockLost, LockWait
 from applier.downstream.retry import Backoff, RetryInfo, run_with_retry
-from applier.downstream.session import DEFAULT_SQL_MODE, close_quietly, connect
+from applier.downstream.session import (
+    DEFAULT_SQL_MODE,
+    KEEPALIVE_IDLE,
+    SessionRef,
+    close_quietly,
+    connect,
+    end_session,
+    session_ref,
+)
 from applier.downstream.url import ENV_PASSWORD, DownstreamConfig, Secret, parse_downstream_url
 
 pytestmark = pytest.mark.integration
@@ -136,6 +145,109 @@ def test_unknown_time_zone_is_explained(cfg: DownstreamConfig) -> None:
     with pytest.raises(DownstreamConnectError, match=r"rejected time_zone 'Mars/Olympus'.*offset") as ei:
         connect(cfg.with_options(time_zone="Mars/Olympus"))
     assert ei.value.errno == 1298
+
+
+def test_sessions_keep_tcp_alive_and_bound_unacknowledged_data(cfg: DownstreamConfig) -> None:
+    """A peer that vanished without closing is noticed by the kernel within about a minute, even
+    while the session waits for a long statement (docs/operations.md, "Network faults")."""
+    conn = connect(cfg)
+    try:
+        sock = conn._sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) > 0
+        assert conn._read_timeout == 300.0  # the default bound of every non-DDL statement
+    finally:
+        conn.close()
+
+
+def listed(admin: pymysql.connections.Connection, session_id: int) -> bool:
+    sql = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s"
+    return bool(scalar(admin, sql, (session_id,)))
+
+
+def _row_locked(admin: pymysql.connections.Connection, table: str) -> bool:
+    """Whether another session holds the row lock on id 1 (a locking read that does not wait)."""
+    admin.begin()
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"SELECT * FROM {table} WHERE id = 1 FOR UPDATE NOWAIT")
+        return False
+    except pymysql.err.OperationalError as exc:
+        assert exc.args[0] in (1205, 3572, 1213), exc
+        return True
+    finally:
+        admin.rollback()
+
+
+def test_end_session_ends_a_lost_session_and_its_transaction(
+    cfg: DownstreamConfig, fresh_db: str, admin: pymysql.connections.Connection
+) -> None:
+    """The server keeps a session we lost contact with inside its transaction, row locks held:
+    end_session kills it and returns once the server no longer lists it."""
+    table = f"`{fresh_db}`.t"
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
+        cur.execute(f"INSERT INTO {table} VALUES (1, 0)")
+    lost = connect(cfg)
+    ref = session_ref(lost)
+    with lost.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET v = 1 WHERE id = 1")  # holds the row lock, uncommitted
+    assert _row_locked(admin, table)
+    other = connect(cfg)
+    try:
+        assert end_session(other, ref)
+        assert (
+            scalar(admin, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (ref.id,)) == 0
+        )
+        assert not _row_locked(admin, table)
+        assert scalar(admin, f"SELECT v FROM {table} WHERE id = 1") == 0  # rolled back
+        assert end_session(other, ref)  # already gone: nothing to do
+        assert not other.get_autocommit() and scalar(other, "SELECT @@in_transaction") == 0
+    finally:
+        close_quietly(lost)
+        other.close()
+
+
+def test_end_session_never_kills_an_id_of_another_server_run(cfg: DownstreamConfig) -> None:
+    """Ids restart with the server: a session of an earlier run of the server ended with it, and
+    its id may now be someone else's. Nothing is killed then."""
+    bystander = connect(cfg)
+    other = connect(cfg)
+    try:
+        ref = session_ref(bystander)
+        earlier = SessionRef(ref.id, ref.server_started - 3600)
+        assert end_session(other, earlier)
+        assert scalar(bystander, "SELECT 1") == 1  # still alive
+    finally:
+        bystander.close()
+        other.close()
+
+
+def test_a_reconnect_ends_the_previous_session_first(
+    cfg: DownstreamConfig, fresh_db: str, admin: pymysql.connections.Connection
+) -> None:
+    """The transaction unit's new session ends the old one before the unit is replayed, so the
+    replay never waits on the old session's row locks."""
+    table = f"`{fresh_db}`.t"
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
+        cur.execute(f"INSERT INTO {table} VALUES (1, 0)")
+    runner = TransactionRunner(cfg, max_time=10)
+    with runner.conn.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET v = 1 WHERE id = 1")
+    old = runner.session
+    assert old is not None
+    runner._conn = None  # lost on our side only: the server keeps the session and its lock
+    runner.reconnect()
+    try:
+        assert runner.session is not None and runner.session.id != old.id
+        assert (
+            scalar(admin, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (old.id,)) == 0
+        )
+        assert not _row_locked(admin, table)
+    finally:
+        runner.close()
 
 
 # -- retry -----------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def test_defaults() -> None:
     assert (cfg.host, cfg.port, cfg.user, cfg.password.reveal()) == ("db.internal", 3306, "root", "")
     assert cfg.time_zone == DEFAULT_TIME_ZONE == "+00:00"
     assert cfg.ssl_mode == "preferred"
-    assert cfg.read_timeout is None and cfg.write_timeout == 60.0 and cfg.connect_timeout == 10.0
+    assert cfg.read_timeout == 300.0 and cfg.write_timeout == 60.0 and cfg.connect_timeout == 10.0
 
 
 def test_percent_decoding_and_options() -> None:
