@@ -148,29 +148,44 @@ def _converge(feed: Changefeed, proc, sim, timeout: float = 120) -> None:
     assert feed.compare(sim, sim.final_resolved_ts) == []
 
 
-def test_read_only_for_20_s_mid_stream_is_ridden_out(feed: Changefeed, server: PrivateMariaDB) -> None:
-    """``SET GLOBAL read_only = 1`` for 20 s while windows arrive: 1290 on rows and checkpoint
-    writes, replayed with reports; the stream converges exactly once writes are allowed again."""
-    sim, first, rest = _stream(feed, seed=17, mode="all-classic")
+def _start_mid_stream(feed: Changefeed, seed: int, mode: str):
+    """Produce the first part of a stream and start the daemon on it; once it applies windows,
+    return the stream, the part still to produce, the process and its HTTP base."""
+    sim, first, rest = _stream(feed, seed=seed, mode=mode)
     feed.extra_args += ["--max-txn-rows", "10", "--http-listen", "127.0.0.1:0"]
     produce_records(feed.bootstrap, feed.topic, first)
     proc = feed.start()
     try:
         wait_for_output(proc, "window applied", timeout=60)
-        base = http_base(proc)
+        return sim, rest, proc, http_base(proc)
+    except BaseException:
+        stop(proc)
+        raise
+
+
+def _check_reported(proc, base: str, code: int, cls: str) -> None:
+    """The error is logged with its class, /readyz says retrying with it, the metric counts it."""
+    line = wait_until(
+        lambda: _logged(proc, event="transient downstream error, replaying the transaction", code=code),
+        60,
+        f"the error {code}",
+        proc,
+    )
+    assert line["error_class"] == cls, line
+    reason = wait_until(lambda: _not_ready(base), 30, "/readyz to say retrying", proc)["reason"]
+    assert f"{cls}=" in reason and f"({code})" in reason, reason
+    assert (value(scrape(base), "applier_downstream_retries_total", **{"class": cls}) or 0) >= 1
+
+
+def test_read_only_for_20_s_mid_stream_is_ridden_out(feed: Changefeed, server: PrivateMariaDB) -> None:
+    """``SET GLOBAL read_only = 1`` for 20 s while windows arrive: 1290 on rows and checkpoint
+    writes, replayed with reports; the stream converges exactly once writes are allowed again."""
+    sim, rest, proc, base = _start_mid_stream(feed, seed=17, mode="all-classic")
+    try:
         _global(server, "read_only", 1)
         since = time.monotonic()
         produce_records(feed.bootstrap, feed.topic, rest)
-        first_error = wait_until(
-            lambda: _logged(proc, event="transient downstream error, replaying the transaction"),
-            60,
-            "the read-only error",
-            proc,
-        )
-        assert first_error["error_class"] == "read_only" and first_error["code"] == 1290, first_error
-        reason = wait_until(lambda: _not_ready(base), 30, "/readyz to say retrying", proc)["reason"]
-        assert "read_only=" in reason and "(1290)" in reason, reason
-        assert (value(scrape(base), "applier_downstream_retries_total", **{"class": "read_only"}) or 0) >= 1
+        _check_reported(proc, base, 1290, "read_only")
         reported = f"{STILL_FAILING}; reported as not ready"  # at the first replay after 3 s
         wait_until(lambda: _logged(proc, event=reported), 30, "the log's report", proc)
         time.sleep(max(0.0, READ_ONLY_SECONDS - (time.monotonic() - since)))
@@ -312,25 +327,11 @@ def test_a_full_tablespace_is_ridden_out_until_space_is_added(small_server: Priv
     """The server cannot store more mid-stream (1114 on the daemon's rows): replayed with reports,
     no exit; the operator drops the table that filled it; exact result."""
     feed = _feed(small_server, broker, 3, user=False)
-    sim, first, rest = _stream(feed, seed=23, mode="all-new")
-    feed.extra_args += ["--max-txn-rows", "10", "--http-listen", "127.0.0.1:0"]
-    produce_records(feed.bootstrap, feed.topic, first)
-    proc = feed.start()
+    sim, rest, proc, base = _start_mid_stream(feed, seed=23, mode="all-new")
     try:
-        wait_for_output(proc, "window applied", timeout=60)
-        base = http_base(proc)
         assert _fill(small_server) > 0
         produce_records(feed.bootstrap, feed.topic, rest)
-        line = wait_until(
-            lambda: _logged(proc, event="transient downstream error, replaying the transaction", code=1114),
-            60,
-            "the table-full error",
-            proc,
-        )
-        assert line["error_class"] == "disk_full", line
-        reason = wait_until(lambda: _not_ready(base), 30, "/readyz to say retrying", proc)["reason"]
-        assert "disk_full=" in reason, reason
-        assert (value(scrape(base), "applier_downstream_retries_total", **{"class": "disk_full"}) or 0) >= 1
+        _check_reported(proc, base, 1114, "disk_full")
         assert proc.poll() is None and small_server.process.poll() is None
         assert feed.checkpoint()[0] < sim.final_resolved_ts
         conn = small_server.root()
