@@ -30,6 +30,7 @@ from sqlgen.dialect import MARIADB, MYSQL, TIDB, Dialect, dialect_by_name
 from sqlgen.dml import Statement, statement_too_large, statements, table_statements
 from sqlgen.errors import (
     ALREADY_APPLIED_DDL_ERRORS,
+    BINLOG_CACHE_FULL,
     NEVER_RETRY_DDL_ERRORS,
     PERMANENT_DML_ERRORS,
     TRANSIENT_CLASSES,
@@ -37,12 +38,14 @@ from sqlgen.errors import (
     ErrorClass,
     classify_ddl_error,
     classify_dml_error,
+    transient_class,
 )
 from sqlgen.quoting import quote_ident, quote_ident_fmt, quote_table, quote_table_fmt
 from sqlgen.route import RouteError, Router, RouteRuleError
 
 __all__ = [
     "ALREADY_APPLIED_DDL_ERRORS",
+    "BINLOG_CACHE_FULL",
     "MARIADB",
     "MYSQL",
     "NEVER_RETRY_DDL_ERRORS",
@@ -80,5 +83,6 @@ __all__ = [
     "statement_too_large",
     "statements",
     "table_statements",
+    "transient_class",
     "translate_ddl",
 ]

@@ -10,16 +10,29 @@ The steps, in this order (each one needs the one before):
    out), a DDL a crash interrupted is settled (recorded or forgotten, ``applier.apply.ddl``), and
    the checkpoint is read. A checkpoint written for another topic stops the job: its offsets and
    resolved ts mean nothing for this one.
+
+Steps 1 and 3 write (the schema, the claim), so a downstream that is read-only or full for now
+fails them with a transient error; :func:`run_startup_step` rides that out the way the windows
+do, while a server that cannot be reached or refuses the login still stops the job at once with
+its one line (a wrong address or password is the likely cause at start).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 from applier.apply.ddl import DDLExecutor, detect_dialect
+from applier.downstream.errors import DownstreamConnectError, is_transient
+from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from checkpoint import Checkpoint, CheckpointStore
 from sqlgen import Dialect
+
+T = TypeVar("T")
 
 
 class CheckpointTopicMismatch(FatalError):
@@ -53,3 +66,38 @@ def load_checkpoint(
             "use another --group-id or reset the checkpoint"
         )
     return ckpt
+
+
+def startup_retryable(exc: BaseException) -> bool:
+    """Transient errors of a server that answered: replayed at start-up (see the module doc)."""
+    return is_transient(exc) and not isinstance(exc, DownstreamConnectError)
+
+
+def run_startup_step(
+    step: Callable[[], T],
+    *,
+    retry_log: RetryLog,
+    on_retry: Callable[[BaseException], None] = lambda exc: None,
+    sleep: Callable[[float], None] = time.sleep,
+    backoff: Backoff | None = None,
+) -> T:
+    """Run a start-up step (it opens and closes its own session) until it succeeds; transient
+    errors are retried without end, logged by ``retry_log`` and passed to ``on_retry`` (the
+    metrics). ``sleep`` may raise to give up (the daemon's stop)."""
+
+    def failed(info: RetryInfo) -> None:
+        on_retry(info.error)
+        retry_log.failed(info)
+
+    result = run_with_retry(
+        step,
+        reconnect=lambda: None,
+        max_attempts=None,
+        max_time=None,
+        backoff=backoff,
+        on_retry=failed,
+        retryable=startup_retryable,
+        sleep=sleep,
+    )
+    retry_log.succeeded()
+    return result

@@ -28,6 +28,7 @@ from applier.ops.logs import get_logger
 from applier.stream.window import Window
 from checkpoint import CheckpointStore
 from sqlgen import (
+    BINLOG_CACHE_FULL,
     Dialect,
     Router,
     Statement,
@@ -263,7 +264,13 @@ class WindowApplier:
             finally:
                 self._watched = None
 
-        self._tx.run(attempt)
+        try:
+            self._tx.run(attempt)
+        except pymysql.MySQLError as exc:
+            setting = BINLOG_CACHE_FULL.get(error_code(exc) or 0)
+            if setting is None:
+                raise
+            raise ApplyError(_cache_full_line(window, setting, exc)) from None
         self._retry_log.succeeded()
 
     def watch_also(self, connection_id: int, sql: str) -> None:
@@ -422,8 +429,8 @@ class WindowApplier:
                     )
                 cur.execute(query)  # no args: pymysql sends it as it is
             except pymysql.MySQLError as exc:
-                if is_transient(exc):
-                    raise
+                if is_transient(exc) or error_code(exc) in BINLOG_CACHE_FULL:
+                    raise  # replayed, or said by _retry for the whole window
                 raise ApplyError(
                     f"downstream refused {st.kind.upper()} on {st.schema}.{st.table} "
                     f"(first key {st.first_key!r}, {st.rows} rows, window up to ts "
@@ -469,6 +476,29 @@ class WindowApplier:
 
 
 _NOT_WATCHED = contextlib.nullcontext()
+
+
+def _cache_full_line(window: Window | None, setting: str, exc: pymysql.MySQLError) -> str:
+    """The one line that stops the daemon when a window is larger than the server's binary log
+    cache allows: permanent, since the same window fails the same way on every replay.
+
+    Splitting the window instead would commit parts of upstream transactions (and, for keyless
+    tables, rows a crash could not tell apart from their replay), so the operator decides: raise
+    the server's limit, or cut windows smaller when the window holds several upstream
+    transactions (a single upstream transaction is never cut)."""
+    what = "the window"
+    advice = f"raise the server's {setting} (SET GLOBAL {setting} = ...; new sessions use it)"
+    if window is not None:
+        what = f"the window up to ts {window.target_ts}"
+        if window.ddl is None:
+            txns = len({r.commit_ts for r in window.rows}) if window.streamed is None else 1
+            what += f" ({window.row_count} rows of {txns} upstream transaction{'s' if txns != 1 else ''})"
+            if txns > 1:
+                advice += f", or lower max_txn_rows below {window.row_count}"
+    return (
+        f"{what} does not fit the downstream's binary log cache (MySQL error {error_code(exc)}: "
+        f"{exc.args[-1]}): {advice}; nothing of it is written, the checkpoint stays before it"
+    )
 
 
 def _unit_description(window: Window | None, router: Router) -> tuple[str, tuple[tuple[str, str], ...]]:

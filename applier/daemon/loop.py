@@ -27,15 +27,17 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
+from typing import TypeVar
 
 from applier.apply.ddl import DDLExecutor
-from applier.apply.startup import load_checkpoint, prepare_downstream
+from applier.apply.startup import load_checkpoint, prepare_downstream, run_startup_step
 from applier.apply.window_applier import PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
 from applier.codec.events import Event
 from applier.downstream.lock import ActiveLock, LockWait
+from applier.downstream.retry import RetryLog
 from applier.downstream.watch import StatementWatch
 from applier.errors import EXIT_FATAL, EXIT_OK, FatalError, InputError
 from applier.kafka.reader import PartitionReader, Record
@@ -53,6 +55,8 @@ from applier.stream.progress import CheckpointState
 from applier.stream.spill import SpillDir, default_spill_root
 from applier.stream.table_filter import EventFilter, table_event_filter
 from checkpoint import CheckpointStore
+
+T = TypeVar("T")
 
 
 def start_offsets(
@@ -216,7 +220,20 @@ class Daemon:
     def _run(self) -> int:
         cfg = self.cfg
         router = self.router
-        dialect = prepare_downstream(self.downstream, self.store)
+        startup_log = RetryLog(
+            self.log,
+            report_seconds=float(cfg.retry_report_seconds),
+            action="retrying the start-up",
+            recovered="the start-up goes on after transient errors",
+        )
+
+        def startup_step(step: Callable[[], T]) -> T:
+            """A read-only or full downstream at start is waited out (``run_startup_step``)."""
+            return run_startup_step(
+                step, retry_log=startup_log, on_retry=self.observer.on_retry, sleep=self._startup_sleep
+            )
+
+        dialect = startup_step(lambda: prepare_downstream(self.downstream, self.store))
         self._become_active()
         assert self.lock is not None
         ddl_executor = DDLExecutor(
@@ -227,8 +244,9 @@ class Daemon:
             on_statement=self._watch_ddl,
             router=router,
         )
-        ckpt = load_checkpoint(
-            self.downstream, self.store, ddl_executor, owner=self.lock.owner_token, topic=cfg.topic
+        owner = self.lock.owner_token
+        ckpt = startup_step(
+            lambda: load_checkpoint(self.downstream, self.store, ddl_executor, owner=owner, topic=cfg.topic)
         )
 
         self.reader = PartitionReader(
@@ -283,6 +301,11 @@ class Daemon:
         )
         self.observer.on_ready()
         return self._loop()
+
+    def _startup_sleep(self, seconds: float) -> None:
+        """The pause between start-up attempts; a stop request ends it (and the start-up) at once."""
+        if self._stop.wait(seconds):
+            raise Stopping()
 
     def _lost_offset_advice(self) -> str:
         """What the operator can do about a lost offset (docs/operations.md, "Lost Kafka offsets")."""

@@ -2,8 +2,9 @@
 
 Retrying is only safe because the caller replays a whole unit of work (a transaction body kept in
 memory) on a fresh session, so "transient" here means: the server did not apply the unit and may
-succeed if asked again. Everything else (constraint violations, missing tables, syntax, access)
-would fail the same way on every replay and must surface at once.
+succeed if asked again (also when it refuses to store anything for now: read-only, out of space).
+Everything else (constraint violations, missing tables, syntax, access) would fail the same way on
+every replay and must surface at once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Final
 import pymysql
 
 from applier.errors import FatalError
-from sqlgen.errors import TRANSIENT_CLASSES, TRANSIENT_ERRORS
+from sqlgen.errors import TRANSIENT_CLASSES, transient_class
 
 # Codes that mean "the server is not there" when they come from connect().
 UNREACHABLE_CODES: Final = frozenset({2002, 2003, 2005, 2006, 2013})
@@ -59,8 +60,15 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, pymysql.err.InterfaceError):
         return True
     if isinstance(exc, pymysql.err.MySQLError):
-        return error_code(exc) in TRANSIENT_ERRORS
+        return transient_class(error_code(exc), _server_text(exc)) is not None
     return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+def _server_text(exc: BaseException) -> str:
+    """The server's message of a PyMySQL error (``exc.args[1]``), else ''."""
+    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+        return str(exc.args[1])
+    return ""
 
 
 def is_connection_loss(exc: BaseException) -> bool:
@@ -73,8 +81,9 @@ def is_connection_loss(exc: BaseException) -> bool:
 
 def retry_class(exc: BaseException) -> str:
     """The class a transient error is counted and logged under: ``lock_wait``, ``deadlock``,
-    ``interrupted``, ``server_shutdown`` or ``connection`` (no code: a dropped socket)."""
-    return TRANSIENT_CLASSES.get(error_code(exc) or 0, "connection")
+    ``interrupted``, ``server_shutdown``, ``read_only``, ``disk_full`` or ``connection`` (no
+    code: a dropped socket)."""
+    return transient_class(error_code(exc), _server_text(exc)) or "connection"
 
 
 def describe(exc: BaseException) -> str:

@@ -151,7 +151,8 @@ class RetryLog:
     (from then on ``/readyz`` fails, see ``applier.ops.health``). The first success after trouble
     logs one line with the totals.
 
-    ``failed`` and ``succeeded`` are called by the thread that runs the unit.
+    ``failed`` and ``succeeded`` are called by the thread that runs the unit. ``action`` and
+    ``recovered`` word the lines for units that are not a transaction (the start-up's steps).
     """
 
     def __init__(
@@ -161,8 +162,12 @@ class RetryLog:
         report_seconds: float,
         summary_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        action: str = "replaying the transaction",
+        recovered: str = "the transaction committed after transient errors",
     ) -> None:
         self._log = log
+        self._action = action
+        self._recovered = recovered
         self._report = report_seconds
         self._summary = summary_seconds
         self._clock = clock
@@ -187,7 +192,7 @@ class RetryLog:
         failing = now - self.failing_since
         if first:
             self._log.warning(
-                "transient downstream error, replaying the transaction",
+                f"transient downstream error, {self._action}",
                 error_class=cls,
                 code=error_code(info.error),
                 error=describe(info.error),
@@ -200,8 +205,7 @@ class RetryLog:
         if crossed or now - self._last_line >= self._summary:
             self._log.log(
                 40 if crossed else 30,  # error once when it becomes a report, warnings otherwise
-                "downstream still failing, replaying the transaction"
-                + ("; reported as not ready" if crossed else ""),
+                f"downstream still failing, {self._action}" + ("; reported as not ready" if crossed else ""),
                 failing_s=round(failing, 1),
                 errors=self._totals(),
                 last_error=describe(info.error),
@@ -214,7 +218,7 @@ class RetryLog:
         if self.failing_since is None:
             return
         self._log.info(
-            "downstream recovered: the transaction committed after transient errors",
+            f"downstream recovered: {self._recovered}",
             failed_s=round(self._clock() - self.failing_since, 1),
             errors=self._totals(),
         )

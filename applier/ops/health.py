@@ -87,6 +87,9 @@ class Health(Observer):
         now = self._clock()
         self.loop_started = True
         self.last_tick = self.last_healthy = now
+        # Transient errors the start-up rode out are over: it got through.
+        self.failing_since = self.last_retry_error = None
+        self.retries = {}
 
     def on_apply_start(self, window: Window) -> None:
         self.applying_since = self._clock()

@@ -267,6 +267,7 @@ class MetricsObserver(Observer):
 
     def on_ready(self) -> None:
         self.ready.set(1)
+        self._failing_since = None  # transient errors of the start-up are over
 
     def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
         self.transactions.inc()

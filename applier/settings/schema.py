@@ -376,8 +376,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "retry_report_seconds",
-        "transient database errors (lock wait timeout, deadlock, lost connection) are replayed without "
-        "end; after this long without a committed transaction /readyz fails and the log says so",
+        "transient database errors (lock wait timeout, deadlock, lost connection, read-only, full) are "
+        "replayed without end; after this long without a committed transaction /readyz fails and the "
+        "log says so",
         default=60,
         parse=_parse_positive_int,
     ),

@@ -10,6 +10,8 @@ free loopback port (about two seconds to start; stop them with :meth:`PrivateMar
   certificate, and a second, unrelated CA that must be refused.
 - :func:`start_plain_mariadb`: no TLS, any extra server options (``--max-allowed-packet=1M``),
   ``root`` without password over TCP too, so ``PrivateMariaDB.url`` works as a downstream URL.
+  Options that shape the datadir (``innodb_data_file_path``, undo tablespaces) go to the install
+  as well (``install=``).
 """
 
 from __future__ import annotations
@@ -135,13 +137,14 @@ def start_private_mariadb(base: Path) -> PrivateMariaDB:
     )  # fmt: skip
 
 
-def start_plain_mariadb(base: Path, *options: str) -> PrivateMariaDB:
+def start_plain_mariadb(base: Path, *options: str, install: tuple[str, ...] = ()) -> PrivateMariaDB:
     """Start ``mariadbd`` without TLS, with ``options`` added to its command line (fails, never skips).
 
+    ``install``: options the datadir is created with too (InnoDB's data files, undo tablespaces).
     ``root`` gets a password-less account for 127.0.0.1 as well, for the daemon's TCP sessions.
     """
     # utf8mb4 as the distribution's configuration (skipped by --no-defaults) sets it on the shared server
-    server = _start(base, ["--skip-ssl", "--character-set-server=utf8mb4", *options])
+    server = _start(base, ["--skip-ssl", "--character-set-server=utf8mb4", *options], install)
     try:
         conn = server.root()
         try:
@@ -156,7 +159,7 @@ def start_plain_mariadb(base: Path, *options: str) -> PrivateMariaDB:
     return server
 
 
-def _start(base: Path, server_options: list[str]) -> PrivateMariaDB:
+def _start(base: Path, server_options: list[str], install_options: tuple[str, ...] = ()) -> PrivateMariaDB:
     """Install a datadir under ``base`` and start ``mariadbd`` on a free loopback port, ready."""
     base.mkdir(parents=True, exist_ok=True)
     datadir = base / "data"
@@ -165,7 +168,7 @@ def _start(base: Path, server_options: list[str]) -> PrivateMariaDB:
     as_root = ["--user=root"] if os.geteuid() == 0 else []
     subprocess.run(
         [install, "--no-defaults", f"--datadir={datadir}", *as_root,
-         "--auth-root-authentication-method=normal", "--skip-test-db"],
+         "--auth-root-authentication-method=normal", "--skip-test-db", *install_options],
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     port = free_port()

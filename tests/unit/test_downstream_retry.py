@@ -184,3 +184,33 @@ def test_retry_log_says_each_class_once_then_sums_up_and_says_when_it_is_over() 
     assert fields == {"failed_s": 99.5, "errors": "connection=1, lock_wait=199"}
     rlog.succeeded()  # nothing to say without trouble
     assert len(lines.lines) == 6 and rlog.failing_since is None
+
+
+def test_start_up_steps_ride_out_a_read_only_server_but_not_an_unreachable_one() -> None:
+    """applier.apply.startup.run_startup_step: the schema and the claim write; a server that is
+    read-only or full for now is waited out, one that cannot be reached stops the start at once."""
+    from applier.apply.startup import run_startup_step
+    from applier.downstream.errors import DownstreamUnreachable
+
+    read_only = pymysql.err.OperationalError(
+        1290, "The MariaDB server is running with the --read-only option"
+    )
+    full = pymysql.err.OperationalError(1114, "The table 'changefeed' is full")
+    lines = Lines()
+    seen: list[BaseException] = []
+    unit = Unit(read_only, read_only, full)
+    log = RetryLog(lines, report_seconds=60, action="retrying the start-up", recovered="it goes on")
+    assert (
+        run_startup_step(unit, retry_log=log, on_retry=seen.append, sleep=lambda s: None, backoff=FAST)
+        == "done"
+    )
+    assert unit.calls == 4 and seen == [read_only, read_only, full]
+    assert [event for _, event, _ in lines.lines] == [
+        "transient downstream error, retrying the start-up",
+        "transient downstream error, retrying the start-up",  # another class: disk_full
+        "downstream recovered: it goes on",
+    ]
+    unreachable = Unit(DownstreamUnreachable("cannot reach the downstream database", errno=2003))
+    with pytest.raises(DownstreamUnreachable):
+        run_startup_step(unreachable, retry_log=log, sleep=lambda s: None, backoff=FAST)
+    assert unreachable.calls == 1

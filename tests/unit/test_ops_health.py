@@ -74,6 +74,23 @@ def test_health_retries_are_reported_after_retry_report_seconds_until_a_window_c
     assert h.ready().detail["failing_for_seconds"] is None
 
 
+def test_health_transient_errors_the_start_up_rode_out_end_with_it() -> None:
+    """A read-only downstream at start: the start-up retries (counted, not ready as "starting");
+    once ready, they are over, also when no window follows for a long time."""
+    clock = Clock()
+    h = Health(clock=clock, retry_report_seconds=60)
+    h.on_state("active")
+    h.on_retry(
+        pymysql.err.OperationalError(1290, "The MariaDB server is running with the --read-only option")
+    )
+    clock.now += 120
+    assert h.ready().status == "active" and h.retries == {"read_only": 1}
+    h.on_ready()
+    clock.now += 120
+    h.on_tick(FakeBarrier(), FakeReader(at_end=True), progressed=False)
+    assert h.ready().ok and h.ready().detail["failing_for_seconds"] is None
+
+
 def test_health_a_lock_wait_longer_than_stall_seconds_is_not_ready() -> None:
     clock = Clock()
     h = _applying(clock, stall_seconds=30)

@@ -156,3 +156,17 @@ def test_error_classification() -> None:
         assert classify_dml_error(code) is ErrorClass.FATAL
     assert classify_dml_error(1105) is ErrorClass.UNKNOWN
     assert classify_ddl_error(None) is ErrorClass.UNKNOWN
+
+
+def test_transient_class_reads_the_errno_of_errno_carrying_codes_only() -> None:
+    from sqlgen import transient_class
+
+    assert transient_class(1290) == "read_only"
+    assert transient_class(1114, "The table 't' is full") == "disk_full"
+    assert transient_class(
+        1005, 'Can\'t create table `d`.`t` (errno: 135 "No more room in record file")'
+    ) == ("disk_full")
+    assert transient_class(1005, 'Can\'t create table `d`.`t` (errno: 150 "Foreign key ...")') is None
+    # a number in the text of a code that carries none means nothing
+    assert transient_class(1146, "Table 'error 28' doesn't exist") is None
+    assert transient_class(None) is None
