@@ -17,8 +17,9 @@ What it does (issue 4, "Benchmark"):
 3. Daemon rate: ``python -m applier run ... --exit-when-caught-up`` as a subprocess against a
    fresh database and a fresh checkpoint schema. rows/s = row events in the stream / seconds
    from process start to the last checkpoint commit (the checkpoint row's ``updated_at``);
-   the rate up to the process exit is printed too. Peak RSS is the child's ``ru_maxrss``
-   (``os.wait4``), cross-checked by polling ``VmHWM``.
+   the rate up to the process exit is printed too. Peak RSS is the child's ``VmHWM``, polled
+   (its ``ru_maxrss`` is printed beside it, but counts this process's own peak too: see
+   ``DaemonRun.peak_kib`` in _common.py).
 4. Checks the result: row count and a CRC32 checksum of the daemon's table, the raw table and
    the generator's expected final state. Prints figures, never asserts (the exit code is 1 only
    when the daemon failed or the data differs).
@@ -185,10 +186,7 @@ def main() -> int:
             f"CPU        : daemon {run.cpu_s:.2f} s, broker {cpu_broker:.2f} s, database {cpu_db:.2f} s "
             f"(user+system, during the daemon's {run.wall_s:.1f} s on {os.cpu_count()} CPUs)"
         )
-        print(
-            f"peak RSS   : {run.maxrss_kib / 1024:,.0f} MiB "
-            f"(ru_maxrss; VmHWM polled {run.vmhwm_kib / 1024:,.0f} MiB)"
-        )
+        print(run.peak_rss_line())
         if args.rss_timeline:
             points = run.rss_timeline[::5]
             print("RSS MiB/s : " + " ".join(f"{t:.0f}s:{kib // 1024}" for t, kib in points))

@@ -429,10 +429,7 @@ def main() -> int:
                     "after its checkpoint row's updated_at (written before COMMIT)"
                 )
         print(f"metric     : {histogram_line(metrics, 'applier_commit_lag_seconds')}")
-        print(
-            f"peak RSS   : {run.maxrss_kib / 1024:,.0f} MiB "
-            f"(ru_maxrss; VmHWM polled {run.vmhwm_kib / 1024:,.0f} MiB)"
-        )
+        print(run.peak_rss_line())
         print(
             f"CPU        : daemon {run.cpu_s:.1f} s, producer (this process) {cpu[2]:.1f} s, "
             f"broker {cpu[0]:.1f} s, database {cpu[1]:.1f} s "

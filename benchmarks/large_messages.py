@@ -152,7 +152,7 @@ def main() -> int:
                     failed = True
                 walls.append(run.wall_s)
                 cpus.append(run.cpu_s)
-                rss.append(run.maxrss_kib / 1024)
+                rss.append(run.peak_kib / 1024)
             if not walls:
                 continue
             wall = statistics.median(walls)

@@ -76,20 +76,27 @@ def start_offsets(
 class Daemon:
     """One running ``applier run``; ``run()`` returns the process exit code."""
 
-    POLL_RECORDS = 2000
+    POLL_RECORDS = 500
+    """Records per read: about 8,000 rows of the benchmark's records (16 events each), which is
+    also how far one read can overshoot ``READ_AHEAD_ROWS`` (2,000 overshot by 32,000 rows)."""
     POLL_TIMEOUT = 0.1
     LOCK_CHECK_SECONDS = 5.0
     DRAIN_SECONDS = 30.0
-    MERGE_MAX_ROWS = 50_000
+    MERGE_MAX_ROWS = 25_000
     """Merge ready windows into one transaction up to about this many rows (``--max-txn-rows``
     caps it further): big enough that commits cost nothing, small enough that the window in
-    flight and the rows read meanwhile stay well within memory, and that applying and reading
-    overlap in steps of a second or so."""
-    READ_AHEAD_ROWS = 150_000
-    """While a window is in flight, reading stops once this many rows are cached: the window in
-    flight, the one prepared after it and some slack. When applying is the bottleneck, reading
-    further would only grow memory (rows, not bytes: a decoded row costs about 2 KB of Python
-    objects whatever its size on the wire; ``--max-cached-bytes`` still bounds wide rows)."""
+    flight, the one prepared after it and the rows read meanwhile fit in ``READ_AHEAD_ROWS``,
+    and that applying and reading overlap in steps of half a second or so."""
+    READ_AHEAD_ROWS = 90_000
+    """Rows in memory, the window in flight and the one prepared after it included: while a
+    window is in flight, reading stops once this many rows are cached; with none in flight (at
+    start, or while the barrier waits for a partition), the partitions ahead of the barrier are
+    paused at this many (the ones holding it back keep being read). Rows, not bytes, because
+    they are what costs: a decoded row is about 2 KB of Python objects whatever its size on the
+    wire, and the process's peak RSS follows the peak of this count (benchmarks/apply.py: about
+    2.5 KB of RSS per row cached; ``--max-cached-bytes`` still bounds wide rows). When applying
+    is the bottleneck, reading further would only grow memory. Before it bounded the start too,
+    the partitions far ahead (``AHEAD_ROWS`` each) filled ~130,000 rows before the first window."""
     GC_THRESHOLDS = (1_000_000, 50, 100)
     """Cyclic-GC thresholds for the loop (see ``_loop``): a young collection every million
     allocations, older generations almost never. None of the hot-path objects (events, rows,
@@ -499,12 +506,14 @@ class Daemon:
             self._next_lock_check = now + self.LOCK_CHECK_SECONDS
         self.watch.add_new(now)  # paced by the reader: one metadata request every 30 s
         # Back-pressure: stop reading the partitions that are ahead of the barrier when the cache
-        # is over --max-cached-bytes, or when one of them alone is AHEAD_ROWS ahead; the ones
-        # holding the barrier back keep being read, so it always moves.
+        # is over --max-cached-bytes (or over READ_AHEAD_ROWS with no window in flight: with one,
+        # ``_read`` stops reading instead), or when one of them alone is AHEAD_ROWS ahead; the
+        # ones holding the barrier back keep being read, so it always moves.
         ahead = barrier.partitions_far_ahead(self.AHEAD_ROWS, reader.paused)
         if large is not None:
             ahead |= large.over_limit()  # fetched rows wait in memory: bounded too
-        to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes) | ahead
+        rows = self.READ_AHEAD_ROWS if self._inflight is None else None
+        to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes, rows) | ahead
         if to_pause - reader.paused:
             reader.pause(to_pause)
             if now - self._last_holdback_log > 10 and barrier.total_cached_bytes() > cfg.max_cached_bytes:
@@ -517,7 +526,7 @@ class Daemon:
                 )
                 self._last_holdback_log = now
         if reader.paused:
-            resume = barrier.partitions_to_resume(reader.paused, cfg.max_cached_bytes)
+            resume = barrier.partitions_to_resume(reader.paused, cfg.max_cached_bytes, max_cached_rows=rows)
             reader.resume(resume - ahead - self._bad_partitions)
 
     def _caught_up(self, records: list[Record]) -> bool:
