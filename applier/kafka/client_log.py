@@ -122,6 +122,7 @@ class KafkaClientLog:
         self._seen: dict[tuple[str, str | None], _Seen] = {}
         self.unreachable_since: float | None = None
         self.last_error: str | None = None
+        self.trace = False  # librdkafka's ``debug`` is set: its debug lines are wanted one by one
         self.logger = logging.Logger("applier.kafka.client", logging.DEBUG)  # not in logging's tree
         self.logger.propagate = False
         self.logger.addHandler(_Handler(self))
@@ -130,6 +131,9 @@ class KafkaClientLog:
         """Add the callbacks to a librdkafka configuration (returned, changed in place)."""
         conf["logger"] = self.logger
         conf["error_cb"] = self.on_error
+        # An operator who sets librdkafka's `debug` contexts asks for its trace: every debug line,
+        # not one per condition.
+        self.trace = bool(conf.get("debug"))
         conf["stats_cb"] = self.on_stats
         # Without statistics a recovery would go unseen: 0 (off) is not an option here.
         interval = int(conf.get("statistics.interval.ms") or 0)
@@ -140,6 +144,10 @@ class KafkaClientLog:
     def on_log(self, level: int, facility: str, text: str) -> None:
         text = _THREAD_PREFIX.sub("", text)
         method = "debug" if facility == "FAIL" else log_method(level)
+        if self.trace and method == "debug" and facility != "FAIL":
+            if not self.quiet:
+                self._log.debug("kafka: " + text, kind=facility, **_named(broker_of(text)))
+            return
         self._occurred(facility, text, method)
 
     def on_error(self, err: KafkaError) -> None:

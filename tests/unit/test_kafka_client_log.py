@@ -154,6 +154,24 @@ def test_install_sets_the_callbacks_and_keeps_statistics_on() -> None:
     assert log.install({"statistics.interval.ms": 5000})["statistics.interval.ms"] == 5000
 
 
+def test_librdkafka_s_debug_setting_asks_for_every_debug_line() -> None:
+    """Debug lines are conditions like any other, unless the operator set librdkafka's ``debug``
+    contexts: then the trace is what was asked for, line by line (warnings are still summarised)."""
+    log, rec, _ = client()
+    log.install({"bootstrap.servers": "b:9092"})
+    for i in range(3):
+        log.on_log(logging.DEBUG, "CONF", f"Client configuration: setting{i} = x")
+    assert len(rec.lines) == 1
+    log, rec, _ = client()
+    log.install({"bootstrap.servers": "b:9092", "debug": "conf"})
+    for i in range(3):
+        log.on_log(logging.DEBUG, "CONF", f"Client configuration: setting{i} = x")
+    assert [e for _, e, _ in rec.lines] == [f"kafka: Client configuration: setting{i} = x" for i in range(3)]
+    for _ in range(3):
+        log.on_error(transport())
+    assert len(rec.lines) == 4
+
+
 def test_broker_names() -> None:
     assert broker_of(REFUSED) == "127.0.0.1:9092/1"
     assert broker_of("sasl_ssl://kafka-1:9093/2: Disconnected") == "sasl_ssl://kafka-1:9093/2"
