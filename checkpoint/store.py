@@ -77,8 +77,11 @@ class Checkpoint:
     resolved_ts: int = 0
     topic: str | None = None
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
-    offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset to read
+    offsets: dict[int, int] = field(default_factory=dict)  # partition of ``topic`` -> next offset to read
     partition_resolved: dict[int, int] = field(default_factory=dict)  # partition -> resolved ts
+    # (topic, partition) -> next offset, for every topic the changefeed has offsets of: with
+    # several topics ``topic`` describes the set (applier.kafka.topics) and these are the offsets
+    topic_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     applied_ddls: set[tuple[int, str]] = field(default_factory=set)  # (commit_ts, ddl_digest)
     owner: str | None = None  # fence token of the instance that last claimed the changefeed
 
@@ -226,8 +229,9 @@ class CheckpointStore:
     def load(self, conn: pymysql.connections.Connection) -> Checkpoint:
         """This changefeed's checkpoint; an empty one if it has never written any.
 
-        Offsets are returned only for the changefeed's current topic: offsets of a topic it used
-        to read mean nothing for another one.
+        ``offsets`` are those of the changefeed's current topic: offsets of a topic it used to read
+        mean nothing for another one. ``topic_offsets`` has every topic's (the caller picks those
+        of its topic set).
         """
         cf = (self.changefeed,)
         ckpt = Checkpoint()
@@ -248,13 +252,15 @@ class CheckpointStore:
             ckpt.tables = {(s, t): int(ts) for s, t, ts in cur.fetchall()}
             if ckpt.topic is not None:
                 cur.execute(
-                    f"SELECT `partition_id`, `next_offset`, `resolved_ts` FROM {self._t('partition_offset')} "
-                    "WHERE `changefeed` = %s AND `topic` = %s",
-                    (self.changefeed, ckpt.topic),
+                    f"SELECT `topic`, `partition_id`, `next_offset`, `resolved_ts` "
+                    f"FROM {self._t('partition_offset')} WHERE `changefeed` = %s",
+                    cf,
                 )
-                for partition, offset, resolved in cur.fetchall():
-                    ckpt.offsets[int(partition)] = int(offset)
-                    ckpt.partition_resolved[int(partition)] = int(resolved)
+                for topic, partition, offset, resolved in cur.fetchall():
+                    ckpt.topic_offsets[(topic, int(partition))] = int(offset)
+                    if topic == ckpt.topic:
+                        ckpt.offsets[int(partition)] = int(offset)
+                        ckpt.partition_resolved[int(partition)] = int(resolved)
             cur.execute(
                 f"SELECT `commit_ts`, `query_digest` FROM {self._t('applied_ddl')} WHERE `changefeed` = %s",
                 cf,
@@ -314,14 +320,16 @@ class CheckpointStore:
         topic: str | None,
         resolved_ts: int,
         tables: Mapping[tuple[str, str], int],
-        offsets: Mapping[int, int],
-        partition_resolved: Mapping[int, int],
+        offsets: Mapping[int, int] | Mapping[tuple[str, int], int],
+        partition_resolved: Mapping[int, int] | Mapping[tuple[str, int], int],
         owner: str | None = None,
     ) -> None:
         """Record progress inside the caller's open transaction (commit it with the data rows).
 
         Only the tables and partitions given are touched. Every value moves forward only
         (``GREATEST``). ``partition_resolved`` may only name partitions that are in ``offsets``.
+        A partition is a partition number of ``topic``, or ``(topic, partition)`` when the
+        changefeed reads several topics (``topic`` then describes the set).
         ``topic=None`` keeps the stored topic. With ``owner``, first locks the changefeed row and
         raises :class:`FencedOut` unless ``owner`` is the last claimant (see :meth:`claim`); the
         row lock is held until the caller commits, which is what makes the fence airtight.
@@ -346,10 +354,10 @@ class CheckpointStore:
         partition_rows = sorted(
             (
                 self.changefeed,
-                topic,
-                _check_partition(p),
+                _check_name("topic", p[0], allow_empty=False) if isinstance(p, tuple) else topic,
+                _check_partition(p[1] if isinstance(p, tuple) else p),
                 _check_offset(off),
-                _check_ts("partition resolved ts", partition_resolved.get(p, 0)),
+                _check_ts("partition resolved ts", partition_resolved.get(p, 0)),  # type: ignore[call-overload]
             )
             for p, off in offsets.items()
         )

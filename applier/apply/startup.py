@@ -9,7 +9,7 @@ The steps, in this order (each one needs the one before):
 3. ``load_checkpoint``: the checkpoint is claimed for this lock's owner (an older owner is fenced
    out), a DDL a crash interrupted is settled (recorded or forgotten, ``applier.apply.ddl``), and
    the checkpoint is read. A checkpoint written for another topic stops the job: its offsets and
-   resolved ts mean nothing for this one.
+   resolved ts mean nothing for this one (a changed set of topics of the same changefeed goes on).
 
 Steps 1 and 3 write (the schema, the claim), so a downstream that is read-only or full for now
 fails them with a transient error; :func:`run_startup_step` rides that out the way the windows
@@ -60,12 +60,34 @@ def load_checkpoint(
         ckpt = store.load(conn)
     finally:
         close_quietly(conn)
-    if ckpt.topic is not None and ckpt.topic != topic and ckpt.resolved_ts:
+    if (
+        ckpt.topic is not None
+        and ckpt.topic != topic
+        and ckpt.resolved_ts
+        and not _same_changefeed(ckpt, topic)
+    ):
         raise CheckpointTopicMismatch(
             f"changefeed {store.changefeed!r} has a checkpoint for topic {ckpt.topic!r}, not {topic!r}; "
             "use another --group-id or reset the checkpoint"
         )
     return ckpt
+
+
+def _same_changefeed(ckpt: Checkpoint, topic: str) -> bool:
+    """A changed topic *set* still reads the same changefeed when a topic the checkpoint holds
+    offsets of belongs to both the stored and the new set (a table topic added to or removed from
+    the list, a list turned into a pattern). Its topics keep their offsets; a topic new to the set
+    starts at its beginning, as any partition without a stored offset does."""
+    from applier.kafka.topics import TopicSet
+
+    try:
+        stored = TopicSet.parse(ckpt.topic or "")
+    except ValueError:
+        return False
+    new = TopicSet.parse(topic)
+    if stored.single is not None and new.single is not None:
+        return False
+    return new.overlaps(stored, {t for t, _p in ckpt.topic_offsets})
 
 
 def startup_retryable(exc: BaseException) -> bool:

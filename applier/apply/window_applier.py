@@ -141,8 +141,12 @@ class WindowApplier:
         watch: StatementWatch | None = None,
         retry_report_seconds: float = 60.0,
         router: Router | None = None,
+        partition_key: Callable[[int], int | tuple[str, int]] = lambda p: p,
     ) -> None:
         self._store = store
+        self._partition_key = partition_key
+        """How the checkpoint names a window's partition: ``(topic, partition)`` of a slot with
+        several topics (applier.kafka.topics); a partition number of ``topic`` by default."""
         self._router = router or Router()
         """Route rules: rows are written to the routed names; the checkpoint keeps upstream ones."""
         self._topic = topic
@@ -347,14 +351,15 @@ class WindowApplier:
         return counts
 
     def _write_checkpoint(self, cur: pymysql.cursors.Cursor, window: Window) -> None:
+        key = self._partition_key
         offsets = {p: o for p, o in window.resume_offsets.items() if o is not None}
         self._store.write(
             cur,
             topic=self._topic,
             resolved_ts=window.target_ts,
             tables=dict.fromkeys(window.tables, window.target_ts),
-            offsets=offsets,
-            partition_resolved={p: ts for p, ts in window.resolved.items() if p in offsets},
+            offsets={key(p): o for p, o in offsets.items()},
+            partition_resolved={key(p): ts for p, ts in window.resolved.items() if p in offsets},
             owner=self._owner,
         )
 

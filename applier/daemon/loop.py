@@ -17,6 +17,12 @@ would lose rows). An offset Kafka no longer has stops the daemon (``OffsetOutOfR
 what the operator can do), never a silent jump. Partitions the topic gains while the daemon runs
 are added, and partitions that stay empty are reported to the barrier
 (``applier.stream.partition_watch``).
+
+Several topics (one changefeed written by a topic dispatcher): every partition of every topic of
+the set is read under the one barrier; the stream stages name partitions by slot
+(``applier.kafka.topics``), the checkpoint by topic and partition. Topics appearing while running
+join, and partitions that get no resolved events are given one by drain probes
+(``applier.stream.partition_watch``).
 """
 
 from __future__ import annotations
@@ -256,16 +262,24 @@ class Daemon:
             lambda: load_checkpoint(self.downstream, self.store, ddl_executor, owner=owner, topic=cfg.topic)
         )
 
+        topics = cfg.topics()
         self.reader = PartitionReader(
             cfg.kafka_bootstrap,
-            cfg.topic,
+            topics,
             cfg.group_id,
             cfg.kafka_config,
             lost_offset_advice=self._lost_offset_advice(),
         )
         partitions = self.reader.discover_partitions()
-        has_checkpoint = ckpt.topic is not None or bool(ckpt.resolved_ts or ckpt.offsets)  # a window written
-        start = start_offsets(partitions, ckpt.offsets, has_checkpoint, cfg.start)
+        key = self.reader.slots.key
+        stored = {tp: o for tp, o in ckpt.topic_offsets.items() if topics.matches(tp[0])}
+        has_checkpoint = ckpt.topic is not None or bool(ckpt.resolved_ts or stored)  # a window written
+        start = start_offsets(
+            partitions,
+            {p: o for p in partitions if (o := stored.get(key(p))) is not None},
+            has_checkpoint,
+            cfg.start,
+        )
         state = CheckpointState(
             applied_ts=ckpt.resolved_ts,
             table_ts=ckpt.tables,
@@ -276,6 +290,8 @@ class Daemon:
         # checkpoint's offsets. Emptied only now that this instance holds the lock.
         spill = self.spill = SpillDir(cfg.spill_dir or default_spill_root(), cfg.group_id).open()
         self.barrier = Barrier(partitions, state, spill)
+        if topics.single is None:  # the listing just made was started before anything was seen
+            self.barrier.cap = ckpt.resolved_ts
         self.statements = StatementWatch(self.downstream)
         self.statements.start()
         self.applier = WindowApplier(
@@ -291,15 +307,16 @@ class Daemon:
             watch=self.statements,
             retry_report_seconds=float(cfg.retry_report_seconds),
             router=router,
+            partition_key=key,
         )
-        unsettled = [p for p in partitions if p not in ckpt.offsets]
-        self.watch = PartitionWatch(self.reader, self.barrier, self.log, ckpt.offsets, unsettled)
+        unsettled = [p for p in partitions if key(p) not in stored]
+        self.watch = PartitionWatch(self.reader, self.barrier, self.log, stored, unsettled)
         self.reader.assign(start)
         self.log.info(
             "started",
             partitions=len(partitions),
             resolved_ts=ckpt.resolved_ts,
-            resume_offsets={str(p): o for p, o in start.items()},
+            resume_offsets={self.reader.slots.label(p): o for p, o in start.items()},
             dialect=dialect.name,
             max_allowed_packet=dialect.max_allowed_packet,
             spill_dir=str(spill.path),
@@ -408,7 +425,7 @@ class Daemon:
         Flat on purpose: this runs once per record, and a window that finished meanwhile is
         handed its successor every ``HANDOFF_RECORDS`` records.
         """
-        watch, large, options, topic = self.watch, self.large, self.options, self.cfg.topic
+        watch, large, options = self.watch, self.large, self.options
         tables = self.tables
         assert watch is not None
         flagged = self._flagged  # the same set _refuse adds to; rebound together below
@@ -426,8 +443,8 @@ class Daemon:
                 events = decode_record(
                     rec.key,
                     rec.value,
-                    topic=topic,
-                    partition=rec.partition,
+                    topic=rec.topic,
+                    partition=rec.kafka_partition,
                     offset=rec.offset,
                     options=options,
                 )
@@ -449,7 +466,15 @@ class Daemon:
             self._feed_fetched()
         if watch.settle():
             self._flagged = self._bad_partitions | watch.empty
+        if watch.several:
+            watch.settle_drained(self._unfed())
         self._spill_over()
+
+    def _unfed(self) -> set[int]:
+        """Partitions with records read but not fed (refused, or large messages being fetched)."""
+        large = self.large
+        held = {p for p in self.reader.partitions if large.holds(p)} if large is not None else set()  # type: ignore[union-attr]
+        return self._bad_partitions | held
 
     def _feed_one(self, rec: Record, events: Sequence[Event], fetched: int = 0) -> None:
         assert self.barrier is not None
@@ -504,7 +529,8 @@ class Daemon:
         if now >= self._next_lock_check:
             self.lock.ensure_held(check=True)  # type: ignore[union-attr]
             self._next_lock_check = now + self.LOCK_CHECK_SECONDS
-        self.watch.add_new(now)  # paced by the reader: one metadata request every 30 s
+        self.watch.add_new(now)  # paced by the reader: one metadata request every 30 s (1 s: several topics)
+        self.watch.probe_quiet(self._unfed(), now)
         # Back-pressure: stop reading the partitions that are ahead of the barrier when the cache
         # is over --max-cached-bytes (or over READ_AHEAD_ROWS with no window in flight: with one,
         # ``_read`` stops reading instead), or when one of them alone is AHEAD_ROWS ahead; the

@@ -1,4 +1,8 @@
-"""Read every partition of one topic with ``assign()``, at offsets the caller chooses.
+"""Read every partition of the changefeed's topics with ``assign()``, at offsets the caller chooses.
+
+Partitions are named by the stream's partition id (``applier.kafka.topics.TopicSlots``): the
+partition number for one topic, a slot per ``(topic, partition)`` for several; records carry the
+real topic and partition too, for positions and messages.
 
 The daemon owns all partitions of its topic (the barrier needs all of them in one process), so
 it never joins a consumer group's rebalancing: it assigns partitions itself and resumes from the
@@ -26,9 +30,15 @@ delay keeps a new leader's briefly lagging high watermark from being taken for a
 Partitions added while running. TiCDC notices a larger partition count of its topic and re-hashes
 keys onto the new partitions, so the daemon must read every partition the topic has, not only
 those it found at start. ``new_partitions`` looks the topic up again (one metadata request,
-at most every ``PARTITION_CHECK_SECONDS``) and ``add_partitions`` assigns the new ones without
+at most every ``PARTITION_CHECK_SECONDS``; for several topics every ``TOPIC_CHECK_SECONDS``, and
+new topics of the set join the same way) and ``add_partitions`` assigns the new ones without
 touching the others. Whether a partition has delivered anything yet (``has_delivered``) lets the
 daemon tell the barrier about partitions that stay empty.
+
+Drain probes (several topics). A topic whose tables do not change gets no resolved events
+(docs/open-protocol.md §7). ``probe`` seeks partitions to where they are read, which drops their
+prefetched data and starts a new fetch; the end-of-partition event that follows comes from a fetch
+made after the probe, which the caller turns into a resolved ts (``drained``).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 
 from applier.errors import FatalError
 from applier.kafka.client_log import KafkaClientLog
+from applier.kafka.topics import TopicSet, TopicSlots
 
 
 class KafkaReadError(FatalError, RuntimeError):
@@ -82,12 +93,18 @@ class OffsetOutOfRange(KafkaReadError):
 
 @dataclass(slots=True)
 class Record:
-    """One Kafka record, detached from the client's message object."""
+    """One Kafka record, detached from the client's message object.
+
+    ``partition`` is the stream's partition id (the Kafka partition for one topic, a slot for
+    several: ``applier.kafka.topics``); ``topic`` and ``kafka_partition`` say where it was read.
+    """
 
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    topic: str = ""
+    kafka_partition: int = -1
 
 
 class OffsetOracle(Protocol):
@@ -147,6 +164,23 @@ def topic_partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
     return sorted(tmd.partitions)
 
 
+def set_partitions(consumer: Any, topics: TopicSet, timeout: float) -> dict[str, list[int]]:
+    """Partition ids of every existing topic of ``topics`` (one metadata request for all topics:
+    naming a missing one could create it on brokers that create topics on first use)."""
+    try:
+        md = consumer.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaReadError(
+            f"topics {topics.describe()!r}: no broker answered a metadata request within {timeout:.0f}s "
+            f"({exc.args[0].str() if exc.args else exc})"
+        ) from None
+    return {
+        name: sorted(tmd.partitions)
+        for name, tmd in md.topics.items()
+        if topics.matches(name) and tmd.error is None and tmd.partitions
+    }
+
+
 LOST_OFFSET_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 """The partition no longer holds the offset asked for (retention, truncation)."""
 FATAL_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED})
@@ -162,7 +196,8 @@ def is_fatal_kafka_error(err: KafkaError) -> bool:
 
 
 class PartitionReader:
-    """A consumer assigned to every partition of ``topic``; tracks which partitions reached their end.
+    """A consumer assigned to every partition of ``topic`` (a name, or a ``TopicSet``); tracks which
+    partitions reached their end.
 
     ``consumer`` and ``oracle`` replace the librdkafka consumer and the offset listing in tests.
     ``lost_offset_advice`` ends the message of ``OffsetOutOfRange`` (what the operator can do).
@@ -173,6 +208,10 @@ class PartitionReader:
     PARTITION_CHECK_SECONDS = 30.0
     """How often ``new_partitions`` asks the broker for the topic's partitions: TiCDC itself only
     notices a new partition count every few minutes, and one metadata request is cheap."""
+    TOPIC_CHECK_SECONDS = 1.0
+    """How often, for several topics, the topics are listed: a topic created after a resolved ts R
+    was written may hold rows at or below R, so the barrier may pass R only once a listing made
+    after R was seen has been joined (``listed_at``)."""
     METADATA_TIMEOUT = 5.0
     OFFSET_CHECK_SECONDS = 0.5
     """How often partitions assigned at a stored offset, and not yet seen readable, are compared
@@ -183,7 +222,7 @@ class PartitionReader:
     def __init__(
         self,
         bootstrap: str,
-        topic: str,
+        topic: str | TopicSet,
         group_id: str,
         extra: Mapping[str, str] | None = None,
         *,
@@ -192,7 +231,9 @@ class PartitionReader:
         oracle: OffsetOracle | None = None,
         client_log: KafkaClientLog | None = None,
     ) -> None:
-        self.topic = topic
+        self.topics = topic if isinstance(topic, TopicSet) else TopicSet((topic,))
+        self.topic = self.topics.describe()
+        self.slots = TopicSlots(self.topics)
         self.client_log = client_log if client_log is not None else KafkaClientLog()
         if consumer is None:
             consumer = Consumer(self.client_log.install(base_consumer_config(bootstrap, group_id, extra)))
@@ -206,11 +247,37 @@ class PartitionReader:
         self._outside_since: dict[int, float] = {}
         self._next_offset_check = 0.0
         self._next_partition_check = 0.0
+        self._eof_offsets: dict[int, int] = {}  # the end offset of the last EOF of each partition
+        self._probing: set[int] = set()
+        self.drained: dict[int, int] = {}  # probed partitions that reached their end since: end offset
+        self.listed_at: float | None = None  # monotonic start of the last completed topic listing
+
+    def _tp(self, slot: int, offset: int | None = None) -> TopicPartition:
+        topic, partition = self.slots.key(slot)
+        return (
+            TopicPartition(topic, partition) if offset is None else TopicPartition(topic, partition, offset)
+        )
+
+    def describe(self, slot: int) -> str:
+        """``topic ... partition N`` of a stream partition id, for messages."""
+        topic, partition = self.slots.key(slot)
+        return f"topic {topic!r} partition {partition}"
 
     # -- metadata ---------------------------------------------------------------------------
     def discover_partitions(self, timeout: float = 15.0) -> list[int]:
-        """Partition ids of the topic; a clear error when it does not exist."""
-        return topic_partitions(self._consumer, self.topic, timeout)
+        """Stream partition ids of the topic(s); a clear error when none exists.
+
+        Several topics: those of the set that exist now (topics are created by TiCDC on first
+        use, so a named one may be missing yet; it joins when it appears).
+        """
+        if self.slots.single is not None:
+            return topic_partitions(self._consumer, self.slots.single, timeout)
+        started = time.monotonic()
+        found = set_partitions(self._consumer, self.topics, timeout)
+        if not found:
+            raise KafkaReadError(f"no topic of {self.topic!r} exists (or none has partitions)")
+        self.listed_at = started
+        return sorted(self.slots.slot(t, p) for t, parts in found.items() for p in parts)
 
     def new_partitions(self, now: float | None = None) -> list[int]:
         """Partitions the topic has now and that are not assigned, at most every PARTITION_CHECK_SECONDS.
@@ -221,7 +288,10 @@ class PartitionReader:
         now = time.monotonic() if now is None else now
         if now < self._next_partition_check:
             return []
-        self._next_partition_check = now + self.PARTITION_CHECK_SECONDS
+        several = self.slots.single is None
+        self._next_partition_check = now + (
+            self.TOPIC_CHECK_SECONDS if several else self.PARTITION_CHECK_SECONDS
+        )
         try:
             found = self.discover_partitions(self.METADATA_TIMEOUT)
         except (KafkaException, KafkaReadError):
@@ -230,12 +300,12 @@ class PartitionReader:
 
     def earliest_offset(self, partition: int) -> int:
         """Log start offset (offset listing). Part of OffsetOracle."""
-        low, _high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=5)
+        low, _high = self._consumer.get_watermark_offsets(self._tp(partition), timeout=5)
         return low
 
     def end_offset(self, partition: int) -> int:
         """High watermark (offset listing). Part of OffsetOracle."""
-        _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=5)
+        _low, high = self._consumer.get_watermark_offsets(self._tp(partition), timeout=5)
         return high
 
     # -- assignment -------------------------------------------------------------------------
@@ -243,6 +313,9 @@ class PartitionReader:
         """Assign every partition in ``offsets``; a value is an offset or 'earliest'/'latest'."""
         self.partitions = []
         self.at_end.clear()
+        self._eof_offsets.clear()
+        self._probing.clear()
+        self.drained.clear()
         self._unconfirmed.clear()
         self._outside_since.clear()
         self._consumer.assign(self._track(offsets))
@@ -264,21 +337,22 @@ class PartitionReader:
             else:
                 self._unconfirmed[p] = int(off)
                 self._next_offset_check = now + self.OFFSET_CHECK_SECONDS
-            tps.append(TopicPartition(self.topic, p, int(off)))
+            tps.append(self._tp(p, int(off)))
         self.partitions = sorted({*self.partitions, *offsets})
-        self._next_partition_check = now + self.PARTITION_CHECK_SECONDS
+        if self.slots.single is not None:  # just looked up; several topics are listed every second
+            self._next_partition_check = now + self.PARTITION_CHECK_SECONDS
         return tps
 
     def pause(self, partitions: Iterable[int]) -> None:
         new = set(partitions) - self._paused
         if new:
-            self._consumer.pause([TopicPartition(self.topic, p) for p in sorted(new)])
+            self._consumer.pause([self._tp(p) for p in sorted(new)])
             self._paused |= new
 
     def resume(self, partitions: Iterable[int]) -> None:
         back = set(partitions) & self._paused
         if back:
-            self._consumer.resume([TopicPartition(self.topic, p) for p in sorted(back)])
+            self._consumer.resume([self._tp(p) for p in sorted(back)])
             self._paused -= back
 
     @property
@@ -303,21 +377,28 @@ class PartitionReader:
             if msgs and max_records > 1:
                 msgs.extend(consume(max_records - 1, 0))
         self.client_log.tick()
+        slot = self.slots.slot
         for msg in msgs:
             err = msg.error()
             if err is not None:
                 code = err.code()
                 if code == KafkaError._PARTITION_EOF:
-                    self.at_end.add(msg.partition())
+                    p = slot(msg.topic(), msg.partition())
+                    self.at_end.add(p)
+                    self._eof_offsets[p] = msg.offset()
+                    if p in self._probing:
+                        self._probing.discard(p)
+                        self.drained[p] = msg.offset()
                     continue
                 if code in LOST_OFFSET_CODES:
-                    raise self._lost(msg.partition(), msg.offset())
+                    raise self._lost(slot(msg.topic(), msg.partition()), msg.offset())
                 if is_fatal_kafka_error(err):
-                    raise KafkaReadError(f"Kafka error on topic {self.topic!r}: {err.str()}")
+                    where = msg.topic() or self.topic
+                    raise KafkaReadError(f"Kafka error on topic {where!r}: {err.str()}")
                 continue  # transient (the client retries by itself)
-            p = msg.partition()
+            p = slot(msg.topic(), msg.partition())
             self.at_end.discard(p)
-            out.append(Record(p, msg.offset(), msg.key(), msg.value()))
+            out.append(Record(p, msg.offset(), msg.key(), msg.value(), msg.topic(), msg.partition()))
         if self._unconfirmed:
             self._check_unconfirmed()
         return out
@@ -334,15 +415,15 @@ class PartitionReader:
         if now < self._next_offset_check:
             return
         self._next_offset_check = now + self.OFFSET_CHECK_SECONDS
-        asked = [TopicPartition(self.topic, p) for p in sorted(self._unconfirmed)]
+        asked = [self._tp(p) for p in sorted(self._unconfirmed)]
         for tp in self._consumer.position(asked):
-            p = tp.partition
+            p = self.slots.slot(tp.topic, tp.partition)
             if tp.offset >= 0 or p in self.at_end:
                 del self._unconfirmed[p]
                 self._outside_since.pop(p, None)
                 continue
             wanted = self._unconfirmed[p]
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            low, high = self._consumer.get_watermark_offsets(self._tp(p), cached=True)
             if 0 <= high < wanted or wanted < low:
                 since = self._outside_since.setdefault(p, now)
                 if now - since >= self.LOST_OFFSET_CONFIRM_SECONDS:
@@ -362,19 +443,48 @@ class PartitionReader:
 
         if end is None:
             with contextlib.suppress(Exception):
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, partition), cached=True
-                )
+                _low, high = self._consumer.get_watermark_offsets(self._tp(partition), cached=True)
                 end = high if high >= 0 else None
         if end is None:
             end = ask(self.oracle.end_offset)
         earliest = ask(self.oracle.earliest_offset)
-        return OffsetOutOfRange(self.topic, partition, offset, earliest, end, self.lost_offset_advice)
+        topic, kafka_partition = self.slots.key(partition)
+        return OffsetOutOfRange(topic, kafka_partition, offset, earliest, end, self.lost_offset_advice)
 
     def has_delivered(self, partition: int) -> bool:
         """Whether a record of ``partition`` was returned by ``poll`` since it was assigned."""
-        (tp,) = self._consumer.position([TopicPartition(self.topic, partition)])
+        (tp,) = self._consumer.position([self._tp(partition)])
         return tp.offset >= 0
+
+    def probe(self, partitions: Iterable[int]) -> list[int]:
+        """Start a drain probe of each partition (module docstring); returns those probed.
+
+        A partition is sought to where the daemon has read it (the position, or the end its last
+        end-of-partition event named when it delivered nothing); one with neither is skipped.
+        Its next end-of-partition event lands in ``drained``.
+        """
+        asked = [p for p in partitions if p not in self._paused]
+        if not asked:
+            return []
+        probed = []
+        for tp in self._consumer.position([self._tp(p) for p in asked]):
+            p = self.slots.slot(tp.topic, tp.partition)
+            offset = tp.offset if tp.offset >= 0 else self._eof_offsets.get(p)
+            if offset is None:
+                continue
+            try:
+                self._consumer.seek(self._tp(p, offset))
+            except KafkaException:  # not fetching yet (just assigned): the next probe tries again
+                continue
+            self.at_end.discard(p)
+            self._probing.add(p)
+            probed.append(p)
+        return probed
+
+    def take_drained(self) -> dict[int, int]:
+        """Probed partitions that reached their end since the last call, with their end offsets."""
+        out, self.drained = self.drained, {}
+        return out
 
     @property
     def unreachable_since(self) -> float | None:
@@ -394,9 +504,7 @@ class PartitionReader:
         if not offsets:
             return
         with contextlib.suppress(KafkaException):
-            self._consumer.commit(
-                offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()], asynchronous=True
-            )
+            self._consumer.commit(offsets=[self._tp(p, o) for p, o in offsets.items()], asynchronous=True)
 
     def close(self) -> None:
         with contextlib.suppress(KafkaException, RuntimeError):

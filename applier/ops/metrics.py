@@ -86,6 +86,7 @@ class MetricsObserver(Observer):
         self._waits_counted: set[int] = set()  # StatementWait.seq of the waits counted and still on
         self._checkpoint_ts = 0
         self._kafka_unreachable_since: float | None = None  # monotonic, from the reader
+        self._label: Callable[[int], str] = str  # a partition's label, from the reader
         self._last_refresh = -1e18
         r = self.registry
         if process_metrics:
@@ -285,7 +286,7 @@ class MetricsObserver(Observer):
         self._set_checkpoint(window.target_ts)
         for p, offset in window.resume_offsets.items():
             if offset is not None:
-                self.partition_checkpoint_offset.labels(str(p)).set(offset)
+                self.partition_checkpoint_offset.labels(self._label(p)).set(offset)
         self.last_progress.set(self._clock())
         self._failing_since = None
 
@@ -306,6 +307,8 @@ class MetricsObserver(Observer):
 
     def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:
         now = self._clock()
+        slots = getattr(reader, "slots", None)
+        self._label = slots.label if slots is not None else str  # "topic/partition": several topics
         self._kafka_unreachable_since = reader.unreachable_since
         if progressed:
             self.last_progress.set(now)
@@ -316,7 +319,7 @@ class MetricsObserver(Observer):
         self.global_resolved_ts.set(barrier.global_resolved())
         paused = reader.paused
         for p, lst in barrier.listeners.items():
-            label = str(p)
+            label = self._label(p)
             self.partition_resolved_ts.labels(label).set(lst.resolved)
             if lst.last_offset is not None:
                 self.partition_read_offset.labels(label).set(lst.last_offset)

@@ -21,6 +21,7 @@ from applier.errors import ConfigurationError
 from sqlgen.route import Router, parse_route_rule, rule_texts
 
 if TYPE_CHECKING:
+    from applier.kafka.topics import TopicSet
     from applier.stream.table_filter import TableFilter
 
 
@@ -91,6 +92,19 @@ def _parse_filter(raw: Any) -> tuple[str, ...]:
     if not all(isinstance(r, str) for r in rules):
         raise ValueError("expected a list of rules (strings)")
     return TableFilter(rules).rules
+
+
+def _parse_topics(raw: Any) -> str:
+    """The topic set (applier.kafka.topics), kept as its normalised description: one topic stays
+    its name, so ``cfg.topic`` reads as before where one topic is all there is."""
+    from applier.kafka.topics import TopicSet
+
+    if not isinstance(raw, str) and not all(isinstance(r, str) for r in raw):
+        raise ValueError("expected a topic name or a list of them")
+    described = TopicSet.parse(raw).describe()
+    if len(described) > 255:  # it is stored with the checkpoint (checkpoint.schema: names of 255)
+        raise ValueError("more than 255 characters of topics: name them with a /regex/ instead")
+    return described
 
 
 def _parse_listen(text: str) -> str:
@@ -194,7 +208,15 @@ SETTINGS: tuple[Setting, ...] = (
         commands=("run", "catchup", "decode"),
     ),
     Setting(
-        "topic", "the TiCDC changefeed's Kafka topic", required=True, commands=("run", "catchup", "decode")
+        "topic",
+        "the TiCDC changefeed's Kafka topic; several topics of one changefeed (a topic dispatcher) as a "
+        "list, repeatable or comma-separated, a /regex/ item matching whole topic names (topics created "
+        'later join); read under one barrier (docs/operations.md, "Several topics")',
+        parse=_parse_topics,
+        flag_kind="list",
+        required=True,
+        commands=("run", "catchup", "decode"),
+        metavar="TOPIC",
     ),
     Setting(
         "group_id",
@@ -492,6 +514,12 @@ class Config:
             compression=None if compression == "none" else compression,
             reserved_schemas=frozenset({ckpt}) if ckpt else frozenset(),
         )
+
+    def topics(self) -> TopicSet:
+        """The topics of this changefeed (``topic``): one, several, or ``/regex/`` patterns."""
+        from applier.kafka.topics import TopicSet
+
+        return TopicSet.parse(self.values["topic"])
 
     def table_filter(self) -> TableFilter:
         """The tables this changefeed replicates (``filter``): the one place the daemon and the

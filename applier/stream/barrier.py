@@ -20,6 +20,12 @@ Rules (docs/open-protocol.md §5.5; the producer facts they rest on are §5.1-§
   bound (``spill_over``, ``applier.stream.spill``): one upstream transaction can be larger than memory,
   and the partitions still reading it are the ones holding the barrier back, so pausing them is
   no way out. A window with such rows carries them as ``Window.streamed``.
+- Several topics (docs/open-protocol.md §7): the watermark is the minimum over every partition of
+  every topic. Partitions that get no resolved events (their tables do not change) are given one
+  when a fetch made after a resolved ts was seen reached their end
+  (``PartitionListener.observe_drained``). A topic created after a resolved ts R was written may
+  hold rows at or below R, so the watermark never passes ``cap``: the highest resolved ts seen
+  before the last topic listing that has been joined.
 - Nothing is removed from memory until the daemon reports the window applied
   (``mark_applied``): ``next_window`` is a pure function of the current state, so a failed
   transaction can be retried with the same window.
@@ -68,6 +74,7 @@ class Barrier:
         self._versions = KeylessVersions()
         self._spill = spill
         self._empty: set[int] = set()
+        self.cap: int | None = None  # several topics: see the module docstring
         self._listeners: dict[int, PartitionListener] = {
             p: PartitionListener(p, self._progress, state.offsets.get(p), self._versions, spill)
             for p in parts
@@ -143,11 +150,21 @@ class Barrier:
     # ------------------------------------------------------------------ the barrier
 
     def global_resolved(self) -> int:
-        """Minimum over the partitions (empty ones left out) of their resolved ts: the watermark."""
+        """Minimum over the partitions (empty ones left out) of their resolved ts: the watermark
+        (never above ``cap``, nor below the applied ts)."""
         empty = self._empty
-        return min(
+        low = min(
             (lst.resolved for p, lst in self._listeners.items() if p not in empty),
             default=self._progress.applied_ts,
+        )
+        cap = self.cap
+        return low if cap is None or cap >= low else max(cap, self._progress.applied_ts)
+
+    def max_observed(self) -> int | None:
+        """The highest resolved ts read on any partition in this session (None before the first)."""
+        return max(
+            (ts for lst in self._listeners.values() if (ts := lst.observed_resolved) is not None),
+            default=None,
         )
 
     def _min_pending_ddl_ts(self) -> int | None:

@@ -591,6 +591,18 @@ class PartitionListener:
         stats.rows_replayed += replayed
         self._last_offset = offset
 
+    def observe_drained(self, end_offset: int, ts: int) -> None:
+        """This partition was read up to ``end_offset`` by a fetch made after the resolved ts ``ts``
+        was read on another partition: it holds nothing more at or below ``ts`` but copies, since
+        TiCDC writes ``ts`` only once every row and DDL at or below it is in Kafka, in every topic
+        (docs/open-protocol.md §7). So it counts as a resolved event ``ts`` read just before
+        ``end_offset``: the same rules 1-2 and resume offsets. For partitions that get no
+        resolved events (a topic whose tables do not change); every record before ``end_offset``
+        must have been fed.
+        """
+        self.rejoin_floor = None
+        self._on_resolved(end_offset, ts)
+
     def _check_rejoin(self, events: Sequence[Event]) -> None:
         floor = self.rejoin_floor
         for ev in events:

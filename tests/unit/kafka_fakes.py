@@ -19,9 +19,13 @@ class Msg:
     err: KafkaError | None = None
     k: bytes | None = b"k"
     val: bytes | None = b"v"
+    top: str = TOPIC
 
     def error(self) -> KafkaError | None:
         return self.err
+
+    def topic(self) -> str:
+        return self.top
 
     def partition(self) -> int:
         return self.part

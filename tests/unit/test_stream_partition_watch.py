@@ -100,7 +100,8 @@ def setup(
     reader.PARTITION_CHECK_SECONDS = 0.0  # look every time: the pacing has its own test
     log = Log()
     unsettled = [p for p in partitions if p not in stored]
-    watch = PartitionWatch(reader, FakeBarrier(journal), log, stored, unsettled)
+    by_topic = {("orders", p): offset for p, offset in stored.items()}
+    watch = PartitionWatch(reader, FakeBarrier(journal), log, by_topic, unsettled)
     reader.assign({p: stored.get(p, "earliest") for p in partitions})
     return reader, consumer, watch, journal, log
 
