@@ -54,7 +54,7 @@ from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
 from applier.ops.logs import get_logger
 from applier.settings.downstream import downstream_config
-from applier.settings.schema import Config
+from applier.settings.schema import Config, ConfigError
 from applier.stream.progress import ddl_key
 from applier.stream.table_filter import table_event_filter
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
@@ -102,6 +102,11 @@ class CatchupJob:
         progress_interval: float = 5.0,
     ) -> None:
         self.cfg = cfg
+        if cfg.topics().single is None:
+            raise ConfigError(
+                f"topic {cfg.topic!r}: applier catchup reads one topic; a changefeed written to several "
+                'topics is replayed by applier run (docs/operations.md, "Several topics")'
+            )
         self.topic: str = cfg.topic
         self.from_ts: int = cfg.from_ts
         self.until: int | None = cfg.until

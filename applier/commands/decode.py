@@ -68,7 +68,12 @@ def summarise(records: list[Record], topic: str, options: DecoderOptions) -> Str
         summary.add(
             rec.partition,
             decode_record(
-                rec.key, rec.value, topic=topic, partition=rec.partition, offset=rec.offset, options=options
+                rec.key,
+                rec.value,
+                topic=rec.topic or topic,
+                partition=rec.partition if rec.kafka_partition < 0 else rec.kafka_partition,
+                offset=rec.offset,
+                options=options,
             ),
         )
     return summary
@@ -76,7 +81,7 @@ def summarise(records: list[Record], topic: str, options: DecoderOptions) -> Str
 
 def run_decode(cfg) -> int:
     configure(cfg.log_format, cfg.log_level)  # librdkafka's messages, on stderr (the summary is stdout)
-    reader = PartitionReader(cfg.kafka_bootstrap, cfg.topic, "applier-decode", cfg.kafka_config)
+    reader = PartitionReader(cfg.kafka_bootstrap, cfg.topics(), "applier-decode", cfg.kafka_config)
     try:
         partitions = reader.discover_partitions()
         records = read_all(reader, dict.fromkeys(partitions, "earliest"))

@@ -11,7 +11,7 @@ where TiCDC's external storage would hold them; tests upload them elsewhere them
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from applier.errors import FatalError
@@ -52,11 +52,15 @@ def produce_records(
     topic: str,
     records: Iterable[SimRecord],
     *,
+    place: Callable[[int], tuple[str, int]] | None = None,
     max_message_bytes: int = 1 << 20,
     timeout: float = 60.0,
     extra_config: dict | None = None,
 ) -> int:
     """Send ``records`` in order with an idempotent producer; returns how many were sent.
+
+    ``place`` maps a record's ``partition`` to its topic and partition (a topic dispatcher's
+    simulation: ``Simulation.topic_of``); by default every record goes to ``topic``.
 
     Raises :class:`ProduceError` when any delivery fails or the flush times out.
     """
@@ -77,16 +81,17 @@ def produce_records(
 
     def on_delivery(err, msg) -> None:
         if err is not None:
-            errors.append(f"partition {msg.partition()}: {err}")
+            errors.append(f"topic {msg.topic()} partition {msg.partition()}: {err}")
 
     producer = Producer(KafkaClientLog().install(conf))
     sent = 0
     try:
         for rec in records:
+            to, partition = (topic, rec.partition) if place is None else place(rec.partition)
             while True:
                 try:
                     producer.produce(
-                        topic, key=rec.key, value=rec.value, partition=rec.partition, on_delivery=on_delivery
+                        to, key=rec.key, value=rec.value, partition=partition, on_delivery=on_delivery
                     )
                     break
                 except BufferError:
@@ -106,11 +111,23 @@ def produce_records(
     return sent
 
 
+def simulation_topics(sim: Simulation, topic: str) -> list[str]:
+    """The topics ``sim`` writes to with ``topic`` as the default one: ``topic`` itself, and with
+    the topic dispatcher the table topics that get records (TiCDC creates them on first use)."""
+    used = {sim.topic_of(rec.partition, topic)[0] for rec in sim.records}
+    return [topic, *sorted(used - {topic})]
+
+
 def produce_simulation(bootstrap: str, topic: str, sim: Simulation, *, create: bool = True) -> int:
-    """Produce every record of ``sim`` to ``topic`` (created with the right partition count)."""
+    """Produce every record of ``sim`` to ``topic`` (created with the right partition count), or
+    with the topic dispatcher to ``topic`` and the table topics (``simulation_topics``)."""
     if create:
-        ensure_topic(bootstrap, topic, sim.config.partitions)
-    return produce_records(bootstrap, topic, sim.records, max_message_bytes=sim.config.max_message_bytes)
+        for name in simulation_topics(sim, topic):
+            ensure_topic(bootstrap, name, sim.config.partitions)
+    place = (lambda slot: sim.topic_of(slot, topic)) if sim.table_topics else None
+    return produce_records(
+        bootstrap, topic, sim.records, max_message_bytes=sim.config.max_message_bytes, place=place
+    )
 
 
 def run_simulate(bootstrap: str, topic: str, cfg: StreamConfig) -> Simulation:

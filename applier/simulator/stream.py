@@ -80,9 +80,11 @@ from applier.simulator.encoder import (
     key_json,
 )
 from applier.simulator.tables import (
+    BULK_TABLE,
     DDL_ADD_COLUMN,
     DDL_CREATE_SCHEMA,
     DDL_CREATE_TABLE,
+    LATE_TABLE,
     TableSpec,
     add_column_sql,
     bulk_table,
@@ -130,6 +132,11 @@ class StreamConfig:
     large_message: str | None = None
     claim_check_uri: str = "file:///var/lib/ticdc/claim-check"  # claim-check-storage-uri, for "ccl"
     wide_rows: bool = False  # add the table "wide": rows of 300 KB to a few MB, about 1 txn in 10
+    # TiCDC's topic dispatcher (docs/open-protocol.md §7): each table's rows and DDLs in a topic of
+    # its own, ``partitions`` partitions each; schema DDLs to the default topic; resolved events
+    # to the default topic and the topics of the active tables (a row since the last broadcast,
+    # ``_Emitter.ACTIVE_BROADCASTS``), so a table that does not change gets none: quiet topics.
+    topic_dispatcher: bool = False
 
     def validate(self) -> None:
         """Raise ValueError for settings no TiCDC changefeed could have."""
@@ -147,6 +154,8 @@ class StreamConfig:
             raise ValueError("schema must not be empty")
         if self.partition_growth and self.partitions < 2:
             raise ValueError("partition_growth needs at least 2 partitions")
+        if self.partition_growth and self.topic_dispatcher:
+            raise ValueError("partition_growth is simulated for one topic only")
         if self.max_message_bytes < 1:
             raise ValueError("max_message_bytes must be at least 1")
         if self.large_message is not None:
@@ -334,10 +343,26 @@ class Simulation:
     # Claim-check objects in the order they were written: name (a UUID plus ".json") -> content.
     # More than the references: a re-sent event is stored again, a lost record's stays behind.
     claim_check_objects: dict[str, bytes] = field(repr=False, default_factory=dict)
+    # With the topic dispatcher: the table of each topic after the default one ("" is the default
+    # topic); a record's ``partition`` is then a slot over all topics (``topic_of``).
+    table_topics: list[str] = field(default_factory=list)
 
     @property
     def schema(self) -> str:
         return self.config.schema
+
+    @property
+    def slot_count(self) -> int:
+        """Partitions of all topics: ``config.partitions`` per topic."""
+        return self.config.partitions * (1 + len(self.table_topics))
+
+    def topic_of(self, slot: int, default_topic: str) -> tuple[str, int]:
+        """The Kafka topic and partition of a record's ``partition`` when produced with
+        ``default_topic`` as the sink URI's topic; table topics are ``{default}_{schema}_{table}``."""
+        index, partition = divmod(slot, self.config.partitions)
+        if index == 0:
+            return default_topic, partition
+        return f"{default_topic}_{self.schema}_{self.table_topics[index - 1]}", partition
 
     @property
     def ddl_statements(self) -> list[str]:
@@ -410,7 +435,7 @@ class Simulation:
         Duplicated records hold none. Replayed records hold no first DDL or resolved event, but
         a span restarting after a failed produce delivers the lost rows first there.
         """
-        out: dict[int, list[SimEvent]] = {p: [] for p in range(self.config.partitions)}
+        out: dict[int, list[SimEvent]] = {p: [] for p in range(self.slot_count)}
         for rec, ev in self._first_deliveries():
             out[rec.partition].append(ev)
         return out
@@ -430,7 +455,7 @@ class Simulation:
 
     def records_by_partition(self) -> dict[int, list[SimRecord]]:
         """Records of each partition, in the order the partition receives them."""
-        out: dict[int, list[SimRecord]] = {p: [] for p in range(self.config.partitions)}
+        out: dict[int, list[SimRecord]] = {p: [] for p in range(self.slot_count)}
         for rec in self.records:
             out[rec.partition].append(rec)
         return out
@@ -602,21 +627,31 @@ class _Emitter:
     checkpoint sends again.
     """
 
-    def __init__(self, cfg: StreamConfig, rng: random.Random) -> None:
+    ACTIVE_BROADCASTS = 0
+    """Topic dispatcher: a table's topic gets resolved events while its last row is at most this
+    many broadcasts old (0: since the last one); tables that do not change make quiet topics."""
+
+    def __init__(self, cfg: StreamConfig, rng: random.Random, table_topics: list[str] | None = None) -> None:
         self.cfg = cfg
         self.rng = rng
+        # Topic dispatcher: topic 0 is the default topic, topic i the table table_topics[i - 1];
+        # slot = topic * cfg.partitions + partition.
+        self.table_topics = table_topics or []
+        self.slot_count = cfg.partitions * (1 + len(self.table_topics))
+        self._broadcasts = 0
+        self._row_at: dict[str, int] = {}  # table -> broadcasts seen when its last row came
         self.opts = cfg.encoder_options
         self.spans: dict[Span, list[_Entry]] = {}  # rows held back by their span
         self.parked: dict[str, list[tuple[int, SimEvent, bool]]] = {}  # rows waiting for a DDL
-        self.pending: list[list[_Entry]] = [[] for _ in range(cfg.partitions)]
-        self.sent: list[list[_Entry]] = [[] for _ in range(cfg.partitions)]  # first copies
-        self.delivered: list[set[int]] = [set() for _ in range(cfg.partitions)]  # id() of rows
+        self.pending: list[list[_Entry]] = [[] for _ in range(self.slot_count)]
+        self.sent: list[list[_Entry]] = [[] for _ in range(self.slot_count)]  # first copies
+        self.delivered: list[set[int]] = [set() for _ in range(self.slot_count)]  # id() of rows
         self.handed: dict[Span, list[_Entry]] = {}  # every row a span gave the sink, in order
         self.lost: list[_Entry] = []  # rows of a record whose produce failed, not re-sent yet
         self._lost_at = (0, 0)  # (partition, len(sent[partition])) when the record was lost
         self.last_resolved = 0
         self.records: list[SimRecord] = []
-        self._recent: list[list[SimRecord]] = [[] for _ in range(cfg.partitions)]
+        self._recent: list[list[SimRecord]] = [[] for _ in range(self.slot_count)]
         self._seq = 0
         self.objects: dict[str, bytes] = {}  # claim-check objects written
         # Object names come from their own generator, seeded from the seed: drawing them leaves
@@ -624,7 +659,7 @@ class _Emitter:
         self.names = random.Random(f"claim-check {cfg.seed}")
         self.faults = cfg.replays  # duplicates on; switched off for the closing broadcast
         # Partitions the producer writes to: rows are hashed over them, broadcasts reach them.
-        self.used = max(1, cfg.partitions // 2) if cfg.partition_growth else cfg.partitions
+        self.used = max(1, cfg.partitions // 2) if cfg.partition_growth else self.slot_count
 
     def entry(self, event: SimEvent) -> _Entry:
         """An event encoded as TiCDC's encoder does; a row over max_message_bytes as the
@@ -735,7 +770,7 @@ class _Emitter:
         return self.cfg.late_first_copies and not self.lost and self.rng.random() < _FAILED_PRODUCE_CHANCE
 
     def flush_all(self) -> None:
-        for p in range(self.cfg.partitions):
+        for p in range(self.slot_count):
             self.flush(p)
 
     def random_flushes(self) -> None:
@@ -744,7 +779,7 @@ class _Emitter:
         for span, held in self.spans.items():
             if held and self.rng.random() < _SPAN_FLUSH_CHANCE:
                 self._release(span, may_fail=True)
-        for p in range(self.cfg.partitions):
+        for p in range(self.slot_count):
             if self.pending[p] and self.rng.random() < 0.3:
                 self.flush(p, may_fail=True)
         if self.lost and self._newer_rows_landed() and self.rng.random() < _SINK_RESTART_CHANCE:
@@ -779,17 +814,48 @@ class _Emitter:
         # partition, so no row below it reaches any partition after it reached one. (Flushing
         # and emitting partition by partition put a new partition's first rows after the
         # resolved ts the others had already received.)
-        for p in range(self.cfg.partitions):
+        for p in range(self.slot_count):
             if blocked is None or any(e.span and e.span[0] in blocked for e in self.pending[p]):
                 self.flush(p)
-        for p in range(self.used):
+        for p in self._targets(event):
             self._emit(p, [entry])
+
+    def _topic_slots(self, topic: int) -> range:
+        n = self.cfg.partitions
+        return range(topic * n, (topic + 1) * n)
+
+    def _targets(self, event: SimEvent) -> Iterator[int]:
+        """The partitions a broadcast reaches: all that are used; with the topic dispatcher, a
+        table DDL's table topic, a schema DDL's default topic, a resolved event's default topic
+        and active table topics."""
+        if not self.table_topics:
+            yield from range(self.used)
+            return
+        if event.kind == "ddl" and event.table:
+            yield from self._topic_slots(1 + self.table_topics.index(event.table))
+            return
+        yield from self._topic_slots(0)
+        if event.kind == "resolved":
+            for i, table in enumerate(self.table_topics, 1):
+                seen = self._row_at.get(table)
+                if seen is not None and self._broadcasts - seen <= self.ACTIVE_BROADCASTS:
+                    yield from self._topic_slots(i)
+
+    def row_slot(self, spec: TableSpec, event: SimEvent) -> int:
+        """The partition of a row: TiCDC's dispatcher within its topic (``partition_of``)."""
+        if not self.table_topics:
+            return partition_of(self.cfg, spec, event, self.used)
+        self._row_at[spec.name] = self._broadcasts
+        return self.cfg.partitions * (1 + self.table_topics.index(spec.name)) + partition_of(
+            self.cfg, spec, event
+        )
 
     def resolved(self, ts: int) -> None:
         """A resolved ts: every row at or below it is delivered first (the checkpoint is the
         minimum over all spans of what Kafka acknowledged)."""
         self.broadcast(SimEvent("resolved", ts))
         self.last_resolved = ts
+        self._broadcasts += 1
 
     # -- records and faults -------------------------------------------------------------------
 
@@ -871,7 +937,7 @@ class _Emitter:
         checkpoint come again, so a transaction that also touched other spans on a partition
         is re-sent there only in part."""
         checkpoint = self.entry(SimEvent("resolved", checkpoint_ts))
-        for p in range(self.cfg.partitions):
+        for p in range(self.slot_count):
             rows = [e for e in self.sent[p] if e.span == span and e.event.commit_ts > checkpoint_ts]
             if rows:
                 self._resend(p, checkpoint, rows)
@@ -908,7 +974,7 @@ class _Emitter:
         # The resolved ts the consumer sees before the re-sent rows is the last broadcast one:
         # no span's checkpoint is below it, and none above it may be announced.
         checkpoint = self.entry(SimEvent("resolved", self.last_resolved))
-        for p in range(self.cfg.partitions):
+        for p in range(self.slot_count):
             rows = [e for e in resend if e.partition == p]
             if rows:
                 self._resend(p, checkpoint, rows)
@@ -940,7 +1006,10 @@ def simulate(cfg: StreamConfig) -> Simulation:
     upstream = Upstream(
         rng, include_keyless=cfg.include_keyless, partitioned=cfg.partitioned, wide=cfg.wide_rows
     )
-    emitter = _Emitter(cfg, rng)
+    table_topics = None
+    if cfg.topic_dispatcher:
+        table_topics = sorted({*upstream.specs, LATE_TABLE, BULK_TABLE})
+    emitter = _Emitter(cfg, rng, table_topics)
     steps: list[_Step] = []
     ddl_events: list[SimEvent] = []
     resolved_points: list[int] = []
@@ -1029,7 +1098,7 @@ def simulate(cfg: StreamConfig) -> Simulation:
                 spec = upstream.specs[change.table]
                 ev = row_event(cfg, spec, change)
                 ev.commit_ts = ts
-                partition = partition_of(cfg, spec, ev, emitter.used)
+                partition = emitter.row_slot(spec, ev)
                 emitter.add_row(partition, ev, hold_back=cfg.holds_back(spec))
         emitter.random_flushes()
         if (i + 1) % cfg.resolved_every == 0:
@@ -1039,7 +1108,8 @@ def simulate(cfg: StreamConfig) -> Simulation:
             scope = rng.choice(["one", "all"])
         if scope is not None and len(resolved_points) >= 2:
             checkpoint = rng.choice(resolved_points[-6:-1])
-            targets = list(range(emitter.used)) if scope == "all" else [rng.randrange(emitter.used)]
+            used = [p for p in range(emitter.used) if emitter.sent[p] or not cfg.topic_dispatcher]
+            targets = used if scope == "all" else [rng.choice(used)]
             emitter.replay(targets, checkpoint)
         if cfg.span_replays and rng.random() < _SPAN_REPLAY_CHANCE:
             spans = emitter.spans_with_rows()
@@ -1058,4 +1128,5 @@ def simulate(cfg: StreamConfig) -> Simulation:
         commit_ts=commit_ts,
         steps=steps,
         claim_check_objects=emitter.objects,
+        table_topics=emitter.table_topics,
     )

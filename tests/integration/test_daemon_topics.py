@@ -1,0 +1,137 @@
+"""One changefeed written into several topics by TiCDC's topic dispatcher, read under one barrier.
+
+The simulator writes each table's rows and DDLs to a topic of its own, CREATE DATABASE to the
+default topic, and resolved events only to the default topic and the topics of tables that
+changed since the last one (docs/open-protocol.md §7): tables that do not change make quiet
+topics, which must neither stall the barrier nor let it pass their rows. The daemon is killed at
+random moments: after each kill the downstream must be exactly the upstream at the checkpoint's
+ts (never a row above the global watermark), and the last run must converge exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+
+import pymysql
+import pytest
+
+from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
+from applier.simulator.producer import ensure_topic, produce_records, simulation_topics
+from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.ops_support import wait_until
+
+pytestmark = pytest.mark.integration
+
+MODES = ["all-classic", "all-new"]
+
+
+def _topic_args(feed: Changefeed, form: str, topics: list[str]) -> list[str]:
+    if form == "list":
+        return ["--topic", ",".join(topics[1:])]  # with the default topic from the harness
+    return ["--topic", f"/{feed.topic}_.*/"]  # the pattern: table topics join as they are found
+
+
+@pytest.mark.parametrize(("mode", "form"), [("all-classic", "list"), ("all-new", "pattern")])
+def test_topic_dispatched_changefeed_converges_under_kills_and_never_passes_the_watermark(
+    feed: Changefeed, mode: str, form: str, tmp_path
+) -> None:
+    seed = 900 + MODES.index(mode)
+    options = {**PRODUCER_MODES[mode], "replays": True}
+    cfg = StreamConfig(
+        seed=seed,
+        partitions=2,
+        transactions=400,
+        resolved_every=1,  # one transaction per interval: most table topics are quiet in each
+        schema=feed.new_schema(),
+        topic_dispatcher=True,
+        **options,
+    )
+    sim = simulate(cfg)
+    topics = simulation_topics(sim, feed.topic)
+    assert len(topics) >= 4
+    produce_simulation(feed.bootstrap, feed.topic, sim)
+    feed.extra_args += [*_topic_args(feed, form, topics), "--max-txn-rows", "5"]
+    rng = random.Random(seed)
+    points = []
+    for i in range(3):
+        proc = feed.start(log_path=str(tmp_path / f"daemon{i}.log"))
+        with contextlib.suppress(AssertionError):  # nothing left to apply: kill it anyway
+            wait_for_output(proc, "window applied", 30)
+        time.sleep(rng.uniform(0.0, 0.6))
+        stop(proc, signal.SIGKILL)
+        resolved, _ = feed.checkpoint()
+        if resolved:
+            ts = feed.snapshot_ts(resolved)
+            diffs = feed.compare(sim, ts)
+            if diffs:  # a DDL commits just before the checkpoint that records it
+                ahead = min((ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None)
+                diffs = diffs if ahead is None else feed.compare(sim, ahead)
+            assert diffs == [], f"after a kill at ts {resolved}"
+            points.append(resolved)
+    done = feed.run_to_end(timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.checkpoint()[0] == sim.final_resolved_ts
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+    assert any(p < sim.final_resolved_ts for p in points), f"no kill landed mid-stream: {points}"
+
+
+def test_quiet_topics_produced_while_the_daemon_reads_never_let_the_watermark_pass_their_rows(
+    feed: Changefeed, tmp_path
+) -> None:
+    """The stream is produced in pieces while the daemon reads it, in the simulator's order: a
+    quiet topic's partition is only taken as resolved at R from an end fetched after R was seen
+    (an end learned earlier would let the watermark pass rows written to it meanwhile, which
+    would then be skipped). Every checkpoint seen on the way is an exact snapshot."""
+    cfg = StreamConfig(
+        seed=913,
+        partitions=2,
+        transactions=500,
+        resolved_every=1,
+        schema=feed.new_schema(),
+        topic_dispatcher=True,
+        **{**PRODUCER_MODES["all-classic"], "replays": True},
+    )
+    sim = simulate(cfg)
+    topics = simulation_topics(sim, feed.topic)
+    for name in topics:
+        ensure_topic(feed.bootstrap, name, cfg.partitions)
+    place = lambda slot: sim.topic_of(slot, feed.topic)  # noqa: E731
+    pieces = [sim.records[i : i + 150] for i in range(0, len(sim.records), 150)]
+    produce_records(feed.bootstrap, feed.topic, pieces[0], place=place)
+    feed.extra_args += ["--topic", f"/{feed.topic}_.*/", "--max-txn-rows", "5"]
+    proc = feed.start(log_path=str(tmp_path / "daemon.log"))
+    seen = set()
+    try:
+        for piece in pieces[1:]:
+            produce_records(feed.bootstrap, feed.topic, piece, place=place)
+            os.kill(proc.pid, signal.SIGSTOP)  # what is committed stays put while it is compared
+            try:
+                resolved = _checkpoint_or_zero(feed)
+                if resolved and resolved not in seen:
+                    seen.add(resolved)
+                    ts = feed.snapshot_ts(resolved)
+                    diffs = feed.compare(sim, ts)
+                    if diffs:
+                        ahead = min(
+                            (ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None
+                        )
+                        diffs = diffs if ahead is None else feed.compare(sim, ahead)
+                    assert diffs == [], f"mid-stream at ts {resolved}"
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+        wait_until(lambda: _checkpoint_or_zero(feed) == sim.final_resolved_ts, 120, "the end", proc)
+    finally:
+        stop(proc, signal.SIGTERM)
+    assert "fatal" not in read_log(proc)
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+    assert len(seen) >= 3, seen
+
+
+def _checkpoint_or_zero(feed: Changefeed) -> int:
+    with contextlib.suppress(pymysql.err.ProgrammingError):  # checkpoint tables not created yet
+        return feed.checkpoint()[0]
+    return 0
