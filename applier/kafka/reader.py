@@ -36,7 +36,7 @@ touching the others. Whether a partition has delivered anything yet (``has_deliv
 daemon tell the barrier about partitions that stay empty.
 
 Drain probes (several topics). A topic whose tables do not change gets no resolved events
-(docs/open-protocol.md §7). ``probe`` seeks partitions to where they are read, which drops their
+(docs/open-protocol.md §5.10). ``probe`` seeks partitions to where they are read, which drops their
 prefetched data and starts a new fetch; the end-of-partition event that follows comes from a fetch
 made after the probe, which the caller turns into a resolved ts (``drained``).
 """

@@ -2,7 +2,7 @@
 
 A TiCDC changefeed with a topic dispatcher (``topic = "{schema}_{table}"`` or per-table rules)
 writes one changefeed into many topics: rows to their table's topic, table DDLs to the table's
-topic, schema DDLs and resolved events to the default topic (docs/open-protocol.md §7). The
+topic, schema DDLs and resolved events to the default topic (docs/open-protocol.md §5.10). The
 daemon reads them all under one barrier, so the setting ``topic`` names a *set*: topic names,
 and regular expressions written ``/regex/`` that match whole names (topics created later join
 while the daemon runs).

@@ -132,7 +132,7 @@ class StreamConfig:
     large_message: str | None = None
     claim_check_uri: str = "file:///var/lib/ticdc/claim-check"  # claim-check-storage-uri, for "ccl"
     wide_rows: bool = False  # add the table "wide": rows of 300 KB to a few MB, about 1 txn in 10
-    # TiCDC's topic dispatcher (docs/open-protocol.md §7): each table's rows and DDLs in a topic of
+    # TiCDC's topic dispatcher (docs/open-protocol.md §5.10): each table's rows and DDLs in a topic of
     # its own, ``partitions`` partitions each; schema DDLs to the default topic; resolved events
     # to the default topic and the topics of the active tables (a row since the last broadcast,
     # ``_Emitter.ACTIVE_BROADCASTS``), so a table that does not change gets none: quiet topics.

@@ -20,7 +20,7 @@ Rules (docs/open-protocol.md §5.5; the producer facts they rest on are §5.1-§
   bound (``spill_over``, ``applier.stream.spill``): one upstream transaction can be larger than memory,
   and the partitions still reading it are the ones holding the barrier back, so pausing them is
   no way out. A window with such rows carries them as ``Window.streamed``.
-- Several topics (docs/open-protocol.md §7): the watermark is the minimum over every partition of
+- Several topics (docs/open-protocol.md §5.10): the watermark is the minimum over every partition of
   every topic. Partitions that get no resolved events (their tables do not change) are given one
   when a fetch made after a resolved ts was seen reached their end
   (``PartitionListener.observe_drained``). A topic created after a resolved ts R was written may

@@ -595,7 +595,7 @@ class PartitionListener:
         """This partition was read up to ``end_offset`` by a fetch made after the resolved ts ``ts``
         was read on another partition: it holds nothing more at or below ``ts`` but copies, since
         TiCDC writes ``ts`` only once every row and DDL at or below it is in Kafka, in every topic
-        (docs/open-protocol.md §7). So it counts as a resolved event ``ts`` read just before
+        (docs/open-protocol.md §5.10). So it counts as a resolved event ``ts`` read just before
         ``end_offset``: the same rules 1-2 and resume offsets. For partitions that get no
         resolved events (a topic whose tables do not change); every record before ``end_offset``
         must have been fed.

@@ -21,7 +21,7 @@ it held records before, and an offset it no longer has is a lost offset, not an 
 Nothing here runs per record: the daemon looks a record's partition up in the set ``empty``
 (with the partitions it stopped reading), and calls ``record_arrived`` only for those.
 
-Several topics (docs/open-protocol.md §7). TiCDC sends resolved events only to the topics of the
+Several topics (docs/open-protocol.md §5.10). TiCDC sends resolved events only to the topics of the
 tables it replicates and to the default topic, and creates a table's topic on first use. So:
 
 - Topics of the set that appear while running join like new partitions (from their beginning).

@@ -2,7 +2,7 @@
 
 The simulator writes each table's rows and DDLs to a topic of its own, CREATE DATABASE to the
 default topic, and resolved events only to the default topic and the topics of tables that
-changed since the last one (docs/open-protocol.md §7): tables that do not change make quiet
+changed since the last one (docs/open-protocol.md §5.10): tables that do not change make quiet
 topics, which must neither stall the barrier nor let it pass their rows. The daemon is killed at
 random moments: after each kill the downstream must be exactly the upstream at the checkpoint's
 ts (never a row above the global watermark), and the last run must converge exactly.
