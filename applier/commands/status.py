@@ -12,6 +12,7 @@ a password: the downstream is shown in its redacted form.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -23,6 +24,7 @@ from applier.downstream.errors import DownstreamConnectError
 from applier.downstream.lock import lock_name
 from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfigError
+from applier.kafka.topics import TopicSet
 from applier.ops.redact import redact_text
 from applier.settings.downstream import downstream_config
 from checkpoint.store import status_report
@@ -56,6 +58,11 @@ def collect(cfg: Any, *, now: float | None = None) -> dict[str, Any]:
     report["active_instance"] = None if holder is None else {"connection_id": int(holder)}
     report["running"] = holder is not None
     report["resolved_time"] = tso_wall_time(report["resolved_ts"])
+    if report["topic"]:  # several topics: the checkpoint's topic describes the set
+        with contextlib.suppress(ValueError):
+            topics = TopicSet.parse(report["topic"])
+            for item in report["partitions"]:
+                item["current_topic"] = topics.matches(item["topic"])
     for item in report["tables"]:
         item["checkpoint_time"] = tso_wall_time(item["effective_ts"])
     for item in report["partitions"]:

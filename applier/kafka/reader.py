@@ -258,11 +258,6 @@ class PartitionReader:
             TopicPartition(topic, partition) if offset is None else TopicPartition(topic, partition, offset)
         )
 
-    def describe(self, slot: int) -> str:
-        """``topic ... partition N`` of a stream partition id, for messages."""
-        topic, partition = self.slots.key(slot)
-        return f"topic {topic!r} partition {partition}"
-
     # -- metadata ---------------------------------------------------------------------------
     def discover_partitions(self, timeout: float = 15.0) -> list[int]:
         """Stream partition ids of the topic(s); a clear error when none exists.
