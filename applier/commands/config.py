@@ -22,6 +22,7 @@ def run_config_check(cfg: Config) -> int:
         "downstream_effective": downstream.redacted(),
         "downstream_password": password_source(cfg, downstream),
         "filter_effective": cfg.table_filter().describe(),  # the rules in force, in order
+        "topics": _topics(cfg),
         "routes": {
             "rules": router.describe(),
             "order": "first matching rule wins; a table no rule matches keeps its names",
@@ -29,3 +30,13 @@ def run_config_check(cfg: Config) -> int:
     }
     print(json.dumps(doc, indent=2, sort_keys=True))
     return EXIT_OK
+
+
+def _topics(cfg: Config) -> dict[str, object]:
+    """The topic set as the daemon reads it: names, patterns, and whether it is one plain topic."""
+    topics = cfg.topics()
+    return {
+        "names": list(topics.names),
+        "patterns": [f"/{p}/" for p in topics.patterns],
+        "read_as": "one topic" if topics.single is not None else "several topics under one barrier",
+    }

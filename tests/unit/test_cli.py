@@ -55,6 +55,23 @@ def test_config_check_prints_the_filter_in_force_and_refuses_a_bad_rule(capsys) 
     assert "rule 'shop.[x'" in capsys.readouterr().err
 
 
+def test_config_check_prints_the_topic_set_and_refuses_a_bad_pattern(capsys, monkeypatch) -> None:
+    base = ["config", "check", "--kafka-bootstrap", "k:1", "--group-id", "g", "--downstream", "mysql://u@db/"]
+    assert main([*base, "--topic", "cdc,/cdc_.*/", "--topic", "extra"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["effective"]["topic"] == "cdc,extra,/cdc_.*/"
+    assert doc["topics"] == {
+        "names": ["cdc", "extra"],
+        "patterns": ["/cdc_.*/"],
+        "read_as": "several topics under one barrier",
+    }
+    monkeypatch.setenv("APPLIER_TOPIC", "orders")
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["topics"]["read_as"] == "one topic"
+    assert main([*base, "--topic", "/cdc_[/"]) == 2
+    assert "topic" in capsys.readouterr().err
+
+
 def test_version_and_help() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "applier", "--version"], capture_output=True, text=True, check=True
