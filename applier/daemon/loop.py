@@ -566,6 +566,12 @@ class Daemon:
             and (large is None or not large.busy())
             and reader.all_at_end()
             and barrier.next_window() is None
+            # several topics: quiet partitions and new topics catch up with probes and listings
+            and (
+                self.watch is None
+                or not self.watch.several
+                or barrier.global_resolved() >= (barrier.max_observed() or 0)
+            )
         )
 
     def _finish_inflight(self) -> None:

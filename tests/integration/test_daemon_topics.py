@@ -82,10 +82,12 @@ def test_topic_dispatched_changefeed_converges_under_kills_and_never_passes_the_
 def test_quiet_topics_produced_while_the_daemon_reads_never_let_the_watermark_pass_their_rows(
     feed: Changefeed, tmp_path
 ) -> None:
-    """The stream is produced in pieces while the daemon reads it, in the simulator's order: a
-    quiet topic's partition is only taken as resolved at R from an end fetched after R was seen
-    (an end learned earlier would let the watermark pass rows written to it meanwhile, which
-    would then be skipped). Every checkpoint seen on the way is an exact snapshot."""
+    """The stream is produced in pieces while the daemon reads it, in the simulator's order, each
+    topic created just before its first record: a quiet topic's partition is only taken as
+    resolved at R from an end fetched after R was seen (an end learned earlier would let the
+    watermark pass rows written to it meanwhile, which would then be skipped), and a topic that
+    appears joins before the watermark passes what was seen before it was listed. Every
+    checkpoint seen on the way is an exact snapshot."""
     cfg = StreamConfig(
         seed=913,
         partitions=2,
@@ -93,23 +95,30 @@ def test_quiet_topics_produced_while_the_daemon_reads_never_let_the_watermark_pa
         resolved_every=1,
         schema=feed.new_schema(),
         topic_dispatcher=True,
-        **{**PRODUCER_MODES["all-classic"], "replays": True},
+        **{**PRODUCER_MODES["all-new"], "replays": True},  # a table (and its topic) created mid-stream
     )
     sim = simulate(cfg)
-    topics = simulation_topics(sim, feed.topic)
-    for name in topics:
-        ensure_topic(feed.bootstrap, name, cfg.partitions)
     place = lambda slot: sim.topic_of(slot, feed.topic)  # noqa: E731
     pieces = [sim.records[i : i + 150] for i in range(0, len(sim.records), 150)]
-    produce_records(feed.bootstrap, feed.topic, pieces[0], place=place)
+    created: set[str] = set()
+
+    def produce(piece: list) -> None:
+        """As TiCDC does: a topic is created when its first record is about to be written."""
+        for name in sorted({place(rec.partition)[0] for rec in piece} - created):
+            ensure_topic(feed.bootstrap, name, cfg.partitions)
+            created.add(name)
+        produce_records(feed.bootstrap, feed.topic, piece, place=place)
+
+    produce(pieces[0])
     feed.extra_args += ["--topic", f"/{feed.topic}_.*/", "--max-txn-rows", "5"]
     proc = feed.start(log_path=str(tmp_path / "daemon.log"))
     seen = set()
     try:
         for piece in pieces[1:]:
-            produce_records(feed.bootstrap, feed.topic, piece, place=place)
+            produce(piece)
             os.kill(proc.pid, signal.SIGSTOP)  # what is committed stays put while it is compared
             try:
+                time.sleep(0.3)  # a COMMIT the server was working on when the daemon stopped
                 resolved = _checkpoint_or_zero(feed)
                 if resolved and resolved not in seen:
                     seen.add(resolved)
@@ -126,9 +135,14 @@ def test_quiet_topics_produced_while_the_daemon_reads_never_let_the_watermark_pa
         wait_until(lambda: _checkpoint_or_zero(feed) == sim.final_resolved_ts, 120, "the end", proc)
     finally:
         stop(proc, signal.SIGTERM)
-    assert "fatal" not in read_log(proc)
+    log = read_log(proc)
+    assert "fatal" not in log
     assert feed.compare(sim, sim.final_resolved_ts) == []
     assert len(seen) >= 3, seen
+    added = [line for line in log.splitlines() if "partition added" in line]
+    joined = {name for name in created if any(line.endswith(f"topic={name}") for line in added)}
+    assert len(created) == len(simulation_topics(sim, feed.topic))
+    assert joined, "no topic joined while the daemon ran"
 
 
 def _checkpoint_or_zero(feed: Changefeed) -> int:
