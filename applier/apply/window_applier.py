@@ -142,19 +142,23 @@ class WindowApplier:
         router: Router | None = None,
         partition_key: Callable[[int], int | tuple[str, int]] = lambda p: p,
     ) -> None:
+        # The checkpoint committed with each window, and the fence token it is written with.
         self._store = store
+        self._topic = topic
+        self._owner = owner
         self._partition_key = partition_key
         """How the checkpoint names a window's partition: ``(topic, partition)`` of a slot with
         several topics (applier.kafka.topics); a partition number of ``topic`` by default."""
+        # How a window becomes statements: rows through sqlgen, a DDL through its executor.
+        self._dialect = dialect
         self._router = router or Router()
         """Route rules: rows are written to the routed names; the checkpoint keeps upstream ones."""
-        self._topic = topic
-        self._dialect = dialect
-        self._owner = owner
+        self._ddl = ddl_executor
+        # The daemon's hooks: whether to stop (while a unit fails or waits to be replayed), each
+        # retry, and one call just before COMMIT.
         self._stop_requested = stop_requested
         self._notify_retry = on_retry
         self._before_commit = before_commit
-        self._ddl = ddl_executor
         self._connection_id: int | None = None
         self._maybe_committed = False
         self.watch = watch
