@@ -51,8 +51,9 @@ def _digits(rng: random.Random, groups: int) -> str:
 
 @dataclass
 class Stream:
-    """What the generator produced: counts, and the table state after the last transaction."""
+    """What the generator produced: the table state after the last transaction, and counts."""
 
+    final: dict[int, tuple[int, str, str]] = field(default_factory=dict)
     events: int = 0
     inserts: int = 0
     updates: int = 0
@@ -61,7 +62,6 @@ class Stream:
     records: int = 0
     resolved_broadcasts: int = 0
     value_bytes: int = 0
-    final: dict[int, tuple[int, str, str]] = field(default_factory=dict)
 
     produced: int = 0  # records produced: the row records, the DDL and resolved broadcasts
     produce_s: float = 0.0  # seconds generating and producing them took

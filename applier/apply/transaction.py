@@ -60,7 +60,6 @@ class TransactionRunner:
         self.sleep = sleep
         self.on_connect = on_connect
         self.on_reconnect = on_reconnect
-        self.transactions = 0
         self.session: SessionRef | None = None
         self.log = get_logger(component="transaction")
         self._conn: pymysql.connections.Connection | None = None
@@ -113,7 +112,6 @@ class TransactionRunner:
             on_retry=self.on_retry,
             sleep=self.sleep,
         )
-        self.transactions += 1
 
     def close(self) -> None:
         close_quietly(self._conn)

@@ -51,12 +51,11 @@ class Stopping(Exception):
 
 @dataclass
 class ApplyStats:
-    """Counters the daemon logs (and, later, exports as metrics)."""
+    """What this applier committed (the demo prints it; the metrics follow the observer hooks)."""
 
     windows: int = 0
     transactions: int = 0
     ddls: int = 0
-    retries: int = 0
     rows_by_table_op: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
 
@@ -143,19 +142,23 @@ class WindowApplier:
         router: Router | None = None,
         partition_key: Callable[[int], int | tuple[str, int]] = lambda p: p,
     ) -> None:
+        # The checkpoint committed with each window, and the fence token it is written with.
         self._store = store
+        self._topic = topic
+        self._owner = owner
         self._partition_key = partition_key
         """How the checkpoint names a window's partition: ``(topic, partition)`` of a slot with
         several topics (applier.kafka.topics); a partition number of ``topic`` by default."""
+        # How a window becomes statements: rows through sqlgen, a DDL through its executor.
+        self._dialect = dialect
         self._router = router or Router()
         """Route rules: rows are written to the routed names; the checkpoint keeps upstream ones."""
-        self._topic = topic
-        self._dialect = dialect
-        self._owner = owner
+        self._ddl = ddl_executor
+        # The daemon's hooks: whether to stop (while a unit fails or waits to be replayed), each
+        # retry, and one call just before COMMIT.
         self._stop_requested = stop_requested
         self._notify_retry = on_retry
         self._before_commit = before_commit
-        self._ddl = ddl_executor
         self._connection_id: int | None = None
         self._maybe_committed = False
         self.watch = watch
@@ -231,7 +234,6 @@ class WindowApplier:
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def _on_retry(self, info: RetryInfo) -> None:
-        self.stats.retries += 1
         if threading.get_ident() == self._home_thread:
             self._notify_retry(info.error)
         else:

@@ -21,7 +21,7 @@ from applier.catchup.writer import WriteStats
 class Summary:
     """What a catch-up did (printed at the end, returned to callers and tests)."""
 
-    from_ts: int = 0
+    from_ts: int
     lower_ts: int = 0
     resolved_ts: int = 0
     records: int = 0

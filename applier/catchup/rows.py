@@ -225,17 +225,8 @@ class BatchBuilder:
                 # No resolved ts implied: rows of tables the DDL does not block may still follow
                 # with a smaller ts (docs/open-protocol.md §5.4).
                 self._segment += 1  # never collapse across a DDL record (see module docstring)
-                self._append(
-                    DDL,
-                    partition,
-                    offset,
-                    i,
-                    ev.commit_ts,
-                    ev.schema,
-                    ev.table,
-                    ddl_q=ev.query,
-                    ddl_t=ev.ddl_type,
-                )
+                self._append(DDL, partition, offset, i, ev.commit_ts, ev.schema, ev.table,
+                             ddl_q=ev.query, ddl_t=ev.ddl_type)  # fmt: skip
             elif isinstance(ev, LargeMessageEvent):
                 raise LargeMessageNotConfigured(ev)
             else:  # pragma: no cover - the decoder returns nothing else

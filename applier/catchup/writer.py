@@ -23,7 +23,6 @@ COMMIT's outcome was lost with the connection.
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -73,25 +72,23 @@ class WriteSpec:
 
 @dataclass
 class WriteStats:
+    """What writer tasks did: row events planned, rows written by statement kind, transactions replayed."""
+
     events: int = 0
     deletes: int = 0
     replaces: int = 0
     inserts: int = 0
-    statements: int = 0
-    transactions: int = 0
     retries: int = 0
-    seconds: float = 0.0
 
     @property
     def rows(self) -> int:
         return self.deletes + self.replaces + self.inserts
 
     def add(self, other: Mapping[str, Any] | WriteStats) -> None:
-        """Add another task's counters (a WriteStats, or its fields as a row); ``seconds`` is not summed."""
+        """Add another task's counters (a WriteStats, or its fields as a row)."""
         values = other.__dict__ if isinstance(other, WriteStats) else other
         for f in fields(self):
-            if f.name != "seconds":
-                setattr(self, f.name, getattr(self, f.name) + int(values.get(f.name) or 0))
+            setattr(self, f.name, getattr(self, f.name) + int(values.get(f.name) or 0))
 
     def add_plan(self, tp: TablePlan) -> None:
         counts = tp.row_counts()
@@ -156,14 +153,13 @@ def _order(ev: RowEvent) -> tuple[int, int, int, int]:
 
 def write_keyed(batches: Iterator[Any], spec: WriteSpec) -> WriteStats:
     """Apply one writer partition's keyed rows (Arrow batches of rows.SPARK_SCHEMA) downstream."""
-    started = time.monotonic()
     stats = WriteStats()
     by_table: dict[TableKey, list[RowEvent]] = {}
     # Millions of live dicts and no reference cycles: the cyclic collector would only re-scan them.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _write_keyed(batches, spec, stats, by_table, started)
+        return _write_keyed(batches, spec, stats, by_table)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -174,7 +170,6 @@ def _write_keyed(
     spec: WriteSpec,
     stats: WriteStats,
     by_table: dict[TableKey, list[RowEvent]],
-    started: float,
 ) -> WriteStats:
     for batch in batches:
         for table, ev in rebuild_row_events(batch, spec.topic):
@@ -192,7 +187,6 @@ def _write_keyed(
         for tp in plans:
             stats.add_plan(tp)
             stmts = list(table_statements(tp, spec.dialect, spec.router))
-            stats.statements += len(stmts)
             for chunk in _chunks(stmts, spec.commit_rows):
 
                 def unit(conn: pymysql.connections.Connection, chunk: list[Statement] = chunk) -> None:
@@ -204,14 +198,11 @@ def _write_keyed(
                 session.run(unit)
     finally:
         session.close()
-        stats.transactions += session.transactions
-    stats.seconds = time.monotonic() - started
     return stats
 
 
 def write_keyless(tp: TablePlan, spec: WriteSpec) -> WriteStats:
     """Apply one keyless table's ops of one epoch, exactly once (module docstring)."""
-    started = time.monotonic()
     stats = WriteStats()
     store = CheckpointStore(spec.checkpoint_schema, spec.changefeed)
     table = (tp.schema, tp.table)
@@ -243,11 +234,8 @@ def write_keyless(tp: TablePlan, spec: WriteSpec) -> WriteStats:
         session.run(unit)
     finally:
         session.close()
-        stats.transactions += session.transactions
     if written[0]:
         stats.add_plan(tp)
-        stats.statements += len(stmts)
-    stats.seconds = time.monotonic() - started
     return stats
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, TypeVar
 
 import tenacity
@@ -141,6 +141,7 @@ def run_with_retry(
     return result
 
 
+@dataclass(eq=False)
 class RetryLog:
     """Log transient errors by class, not by attempt, and say once when they are over.
 
@@ -155,22 +156,15 @@ class RetryLog:
     ``recovered`` word the lines for units that are not a transaction (the start-up's steps).
     """
 
-    def __init__(
-        self,
-        log: Any,
-        *,
-        report_seconds: float,
-        summary_seconds: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        action: str = "replaying the transaction",
-        recovered: str = "the transaction committed after transient errors",
-    ) -> None:
-        self._log = log
-        self._action = action
-        self._recovered = recovered
-        self._report = report_seconds
-        self._summary = summary_seconds
-        self._clock = clock
+    log: Any
+    _: KW_ONLY
+    report_seconds: float
+    summary_seconds: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    action: str = "replaying the transaction"
+    recovered: str = "the transaction committed after transient errors"
+
+    def __post_init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
@@ -183,7 +177,7 @@ class RetryLog:
         return ", ".join(f"{cls}={n}" for cls, n in sorted(self._counts.items()))
 
     def failed(self, info: RetryInfo) -> None:
-        now = self._clock()
+        now = self.clock()
         if self.failing_since is None:
             self.failing_since = now
         cls = retry_class(info.error)
@@ -191,8 +185,8 @@ class RetryLog:
         self._counts[cls] = self._counts.get(cls, 0) + 1
         failing = now - self.failing_since
         if first:
-            self._log.warning(
-                f"transient downstream error, {self._action}",
+            self.log.warning(
+                f"transient downstream error, {self.action}",
                 error_class=cls,
                 code=error_code(info.error),
                 error=describe(info.error),
@@ -201,11 +195,11 @@ class RetryLog:
             )
             self._last_line = now
             return
-        crossed = not self._reported and failing >= self._report
-        if crossed or now - self._last_line >= self._summary:
-            self._log.log(
+        crossed = not self._reported and failing >= self.report_seconds
+        if crossed or now - self._last_line >= self.summary_seconds:
+            self.log.log(
                 40 if crossed else 30,  # error once when it becomes a report, warnings otherwise
-                f"downstream still failing, {self._action}" + ("; reported as not ready" if crossed else ""),
+                f"downstream still failing, {self.action}" + ("; reported as not ready" if crossed else ""),
                 failing_s=round(failing, 1),
                 errors=self._totals(),
                 last_error=describe(info.error),
@@ -217,9 +211,9 @@ class RetryLog:
     def succeeded(self) -> None:
         if self.failing_since is None:
             return
-        self._log.info(
-            f"downstream recovered: {self._recovered}",
-            failed_s=round(self._clock() - self.failing_since, 1),
+        self.log.info(
+            f"downstream recovered: {self.recovered}",
+            failed_s=round(self.clock() - self.failing_since, 1),
             errors=self._totals(),
         )
         self._reset()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -92,6 +93,11 @@ class MetricsObserver(Observer):
         if process_metrics:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
+        # The metrics, in the order of the exposition. The gauges evaluated at scrape time are not
+        # kept: their function is all they need.
+        gauge = partial(Gauge, registry=r)
+        counter = partial(Counter, registry=r)
+        histogram = partial(Histogram, registry=r)
         Info("applier_build", "Version of ticdc-applier.", registry=r).info({"version": __version__})
         self.state = Enum(
             "applier_state",
@@ -100,135 +106,102 @@ class MetricsObserver(Observer):
             registry=r,
         )
         self.state.state("starting")
-        self.active = Gauge(
-            "applier_active", "1 while this instance holds the single-active lock.", registry=r
+        self.active = gauge("applier_active", "1 while this instance holds the single-active lock.")
+        self.ready = gauge(
+            "applier_ready", "1 once the broker and the database answered and the checkpoint is loaded."
         )
-        self.ready = Gauge(
-            "applier_ready",
-            "1 once the broker and the database answered and the checkpoint is loaded.",
-            registry=r,
+        self.global_resolved_ts = gauge(
+            "applier_global_resolved_ts", "Minimum resolved ts (TSO) over all partitions read."
         )
-        self.global_resolved_ts = Gauge(
-            "applier_global_resolved_ts", "Minimum resolved ts (TSO) over all partitions read.", registry=r
+        self.checkpoint_ts = gauge(
+            "applier_checkpoint_ts", "Global resolved ts (TSO) applied and checkpointed downstream."
         )
-        self.checkpoint_ts = Gauge(
-            "applier_checkpoint_ts",
-            "Global resolved ts (TSO) applied and checkpointed downstream.",
-            registry=r,
-        )
-        self.checkpoint_time = Gauge(
+        self.checkpoint_time = gauge(
             "applier_checkpoint_timestamp_seconds",
             "Physical time of the applied checkpoint ts, Unix seconds.",
-            registry=r,
         )
-        lag = Gauge(
+        gauge(
             "applier_lag_seconds",
             "Replication lag: wall clock minus the physical time of the applied checkpoint ts "
             "(NaN before the first checkpoint).",
-            registry=r,
+        ).set_function(self._lag)
+        by_partition = ["partition"]
+        self.partition_resolved_ts = gauge(
+            "applier_partition_resolved_ts", "Resolved ts (TSO) of a partition.", by_partition
         )
-        lag.set_function(self._lag)
-        self.partition_resolved_ts = Gauge(
-            "applier_partition_resolved_ts", "Resolved ts (TSO) of a partition.", ["partition"], registry=r
+        self.partition_read_offset = gauge(
+            "applier_partition_read_offset", "Offset of the last record read from a partition.", by_partition
         )
-        self.partition_read_offset = Gauge(
-            "applier_partition_read_offset",
-            "Offset of the last record read from a partition.",
-            ["partition"],
-            registry=r,
-        )
-        self.partition_checkpoint_offset = Gauge(
+        self.partition_checkpoint_offset = gauge(
             "applier_partition_checkpoint_offset",
             "Offset a restart resumes a partition at (stored with the checkpoint).",
-            ["partition"],
-            registry=r,
+            by_partition,
         )
-        self.partition_cached_bytes = Gauge(
+        self.partition_cached_bytes = gauge(
             "applier_partition_cached_bytes",
             "Bytes of rows read from a partition and held until the barrier releases them.",
-            ["partition"],
-            registry=r,
+            by_partition,
         )
-        self.partition_paused = Gauge(
+        self.partition_paused = gauge(
             "applier_partition_paused",
             "1 while reading a partition is paused (row cache full or bad input).",
-            ["partition"],
-            registry=r,
+            by_partition,
         )
-        self.rows = Counter(
+        self.rows = counter(
             "applier_rows_applied_total",
             "Row operations written downstream, by table and operation.",
             ["schema", "table", "op"],
-            registry=r,
         )
-        self.transactions = Counter(
-            "applier_transactions_total",
-            "Windows committed downstream together with their checkpoint.",
-            registry=r,
+        self.transactions = counter(
+            "applier_transactions_total", "Windows committed downstream together with their checkpoint."
         )
-        self.ddls = Counter("applier_ddls_applied_total", "DDL statements executed downstream.", registry=r)
-        self.batch_seconds = Histogram(
+        self.ddls = counter("applier_ddls_applied_total", "DDL statements executed downstream.")
+        self.batch_seconds = histogram(
             "applier_batch_seconds",
             "Time to apply and commit one window (rows or a DDL), retries included.",
             buckets=BATCH_BUCKETS,
-            registry=r,
         )
-        self.window_rows = Histogram(
+        self.window_rows = histogram(
             "applier_window_rows",
             "Row operations written by one committed window of rows (DDL windows are not counted).",
             buckets=WINDOW_ROW_BUCKETS,
-            registry=r,
         )
-        self.commit_lag = Histogram(
+        self.commit_lag = histogram(
             "applier_commit_lag_seconds",
             "Per committed row window: wall-clock time of its commit minus the physical time of the "
             "resolved ts it was applied up to (so it includes how late TiCDC sent that resolved ts).",
             buckets=COMMIT_LAG_BUCKETS,
-            registry=r,
         )
-        self.retries = Counter(
+        self.retries = counter(
             "applier_downstream_retries_total",
             "Transient downstream errors whose transaction was replayed, by class (lock_wait, "
             "deadlock, connection, interrupted, server_shutdown).",
             ["class"],
-            registry=r,
         )
-        failing = Gauge(
+        gauge(
             "applier_downstream_failing_seconds",
             "How long the transaction being applied has been failing with transient errors (0: it is not).",
-            registry=r,
-        )
-        failing.set_function(self._failing)
-        self.lock_waits = Counter(
+        ).set_function(self._failing)
+        self.lock_waits = counter(
             "applier_lock_waits_total",
             "Statements of the daemon found waiting on a lock for seconds, by kind (metadata, row).",
             ["kind"],
-            registry=r,
         )
-        waiting = Gauge(
+        gauge(
             "applier_lock_wait_seconds",
             "How long the longest lock wait of the daemon's statements lasts now (0: none waits).",
-            registry=r,
-        )
-        waiting.set_function(self._waiting)
+        ).set_function(self._waiting)
         # Every series exists from the start at 0, so that rate() and alerts see the first increase.
         for cls in sorted({*TRANSIENT_CLASSES.values(), "connection"}):
             self.retries.labels(cls)
         for kind in ("metadata", "row"):
             self.lock_waits.labels(kind)
-        unreachable = Gauge(
-            "applier_kafka_unreachable_seconds",
-            "How long no Kafka broker has been reachable (0: one is).",
-            registry=r,
-        )
-        unreachable.set_function(self._kafka_unreachable)
-        self.errors = Counter(
-            "applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"], registry=r
-        )
-        self.last_progress = Gauge(
-            "applier_last_progress_timestamp_seconds",
-            "Unix time of the last record read or window applied.",
-            registry=r,
+        gauge(
+            "applier_kafka_unreachable_seconds", "How long no Kafka broker has been reachable (0: one is)."
+        ).set_function(self._kafka_unreachable)
+        self.errors = counter("applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"])
+        self.last_progress = gauge(
+            "applier_last_progress_timestamp_seconds", "Unix time of the last record read or window applied."
         )
 
     # -- rendering -------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ SIGTERM and standby take-over are exercised for real.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pymysql
 
@@ -151,6 +154,34 @@ class Changefeed:
             return compare_downstream(conn, sim, ts, keyless_rows=sim.exact_keyless)
         finally:
             conn.close()
+
+    def kill_repeatedly(
+        self, sim: Simulation, *, kills: int, rng: random.Random, log_dir: Path, first_window_s: float
+    ) -> list[int]:
+        """Start the daemon ``kills`` times, each time SIGKILLing it at a random moment once it has
+        applied a window (or after ``first_window_s``): after each kill the downstream must be
+        exactly the upstream at the checkpoint's ts. Returns the checkpoints the kills left.
+
+        A DDL commits on its own, before the checkpoint that records it: a kill in between leaves
+        the downstream exactly one DDL ahead of the checkpoint (no row lies between them, or the
+        checkpoint would have moved up to that DDL first)."""
+        points = []
+        for i in range(kills):
+            proc = self.start(log_path=str(log_dir / f"daemon{i}.log"))
+            with contextlib.suppress(AssertionError):  # nothing left to apply: kill it anyway
+                wait_for_output(proc, "window applied", first_window_s)
+            time.sleep(rng.uniform(0.0, 0.6))
+            stop(proc, signal.SIGKILL)
+            resolved, _ = self.checkpoint()
+            if resolved:
+                ts = self.snapshot_ts(resolved)
+                diffs = self.compare(sim, ts)
+                if diffs:
+                    ahead = min((ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None)
+                    diffs = diffs if ahead is None else self.compare(sim, ahead)
+                assert diffs == [], f"after a kill at ts {resolved}"
+                points.append(resolved)
+        return points
 
     def drop(self) -> None:
         """Drop the checkpoint schema and every upstream schema the test used."""

@@ -106,16 +106,16 @@ def start_s3_server(port: int = 0) -> S3Server:
 
 
 def client(endpoint: str, service: str = "s3", creds: Credentials = ANY_KEYS) -> Any:
-    """A boto3 client for ``service`` on the test server, independent of the AWS environment."""
-    return boto3.session.Session().client(
-        service,
-        endpoint_url=endpoint,
-        region_name=REGION,
+    """A boto3 client for ``service`` on the test server, independent of the AWS environment: the
+    session says who and where, the client what and how."""
+    session = boto3.session.Session(
         aws_access_key_id=creds.access_key,
         aws_secret_access_key=creds.secret_key,
         aws_session_token=creds.session_token,
-        config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard"}),
+        region_name=REGION,
     )
+    config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})
+    return session.client(service, endpoint_url=endpoint, config=config)
 
 
 def make_bucket(endpoint: str, name: str) -> None:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import random
 import signal
-import time
 
 import pymysql
 import pytest
 
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from applier.simulator.producer import ensure_topic, produce_records
-from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.harness import Changefeed, read_log, stop
 from tests.integration.ops_support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -39,26 +38,7 @@ def test_producer_order_converges_under_kills_and_never_passes_the_watermark(
     sim = simulate(cfg)
     produce_simulation(feed.bootstrap, feed.topic, sim)
     feed.extra_args += ["--max-txn-rows", "5"]
-    rng = random.Random(seed)
-    points = []
-    for i in range(4):
-        proc = feed.start(log_path=str(tmp_path / f"daemon{i}.log"))
-        with contextlib.suppress(AssertionError):  # nothing left to apply: kill it anyway
-            wait_for_output(proc, "window applied", 20)
-        time.sleep(rng.uniform(0.0, 0.6))
-        stop(proc, signal.SIGKILL)
-        resolved, _ = feed.checkpoint()
-        if resolved:
-            ts = feed.snapshot_ts(resolved)
-            diffs = feed.compare(sim, ts)
-            if diffs:
-                # A DDL commits on its own, before the checkpoint that records it: a kill in
-                # between leaves the downstream exactly one DDL ahead of the checkpoint (no row
-                # lies between them, or the checkpoint would have moved up to that DDL first).
-                ahead = min((ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None)
-                diffs = diffs if ahead is None else feed.compare(sim, ahead)
-            assert diffs == [], f"after a kill at ts {resolved}"
-            points.append(resolved)
+    points = feed.kill_repeatedly(sim, kills=4, rng=random.Random(seed), log_dir=tmp_path, first_window_s=20)
     done = feed.run_to_end()
     assert done.returncode == 0, done.stdout + done.stderr
     assert feed.checkpoint()[0] == sim.final_resolved_ts

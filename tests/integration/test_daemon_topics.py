@@ -14,14 +14,13 @@ import contextlib
 import os
 import random
 import signal
-import time
 
 import pymysql
 import pytest
 
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from applier.simulator.producer import ensure_topic, produce_records, simulation_topics
-from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.harness import Changefeed, read_log, stop
 from tests.integration.ops_support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -55,23 +54,7 @@ def test_topic_dispatched_changefeed_converges_under_kills_and_never_passes_the_
     assert len(topics) >= 4
     produce_simulation(feed.bootstrap, feed.topic, sim)
     feed.extra_args += [*_topic_args(feed, form, topics), "--max-txn-rows", "5"]
-    rng = random.Random(seed)
-    points = []
-    for i in range(3):
-        proc = feed.start(log_path=str(tmp_path / f"daemon{i}.log"))
-        with contextlib.suppress(AssertionError):  # nothing left to apply: kill it anyway
-            wait_for_output(proc, "window applied", 30)
-        time.sleep(rng.uniform(0.0, 0.6))
-        stop(proc, signal.SIGKILL)
-        resolved, _ = feed.checkpoint()
-        if resolved:
-            ts = feed.snapshot_ts(resolved)
-            diffs = feed.compare(sim, ts)
-            if diffs:  # a DDL commits just before the checkpoint that records it
-                ahead = min((ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None)
-                diffs = diffs if ahead is None else feed.compare(sim, ahead)
-            assert diffs == [], f"after a kill at ts {resolved}"
-            points.append(resolved)
+    points = feed.kill_repeatedly(sim, kills=3, rng=random.Random(seed), log_dir=tmp_path, first_window_s=30)
     done = feed.run_to_end(timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert feed.checkpoint()[0] == sim.final_resolved_ts
