@@ -160,11 +160,8 @@ class Changefeed:
     ) -> list[int]:
         """Start the daemon ``kills`` times, each time SIGKILLing it at a random moment once it has
         applied a window (or after ``first_window_s``): after each kill the downstream must be
-        exactly the upstream at the checkpoint's ts. Returns the checkpoints the kills left.
-
-        A DDL commits on its own, before the checkpoint that records it: a kill in between leaves
-        the downstream exactly one DDL ahead of the checkpoint (no row lies between them, or the
-        checkpoint would have moved up to that DDL first)."""
+        exactly the upstream at the checkpoint's ts (``assert_snapshot``). Returns the checkpoints
+        the kills left."""
         points = []
         for i in range(kills):
             proc = self.start(log_path=str(log_dir / f"daemon{i}.log"))
@@ -174,14 +171,21 @@ class Changefeed:
             stop(proc, signal.SIGKILL)
             resolved, _ = self.checkpoint()
             if resolved:
-                ts = self.snapshot_ts(resolved)
-                diffs = self.compare(sim, ts)
-                if diffs:
-                    ahead = min((ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None)
-                    diffs = diffs if ahead is None else self.compare(sim, ahead)
-                assert diffs == [], f"after a kill at ts {resolved}"
+                self.assert_snapshot(sim, resolved, "after a kill")
                 points.append(resolved)
         return points
+
+    def assert_snapshot(self, sim: Simulation, resolved: int, when: str) -> None:
+        """The downstream is exactly the upstream at the checkpoint's ts ``resolved``, or one DDL
+        ahead of it: a DDL commits on its own, before the checkpoint that records it, so a stop in
+        between leaves it one DDL ahead (no row lies between them, or the checkpoint would have
+        moved up to that DDL first)."""
+        ts = self.snapshot_ts(resolved)
+        diffs = self.compare(sim, ts)
+        if diffs:
+            ahead = min((ev.commit_ts for ev in sim.ddl_events if ev.commit_ts > ts), default=None)
+            diffs = diffs if ahead is None else self.compare(sim, ahead)
+        assert diffs == [], f"{when} at ts {resolved}"
 
     def drop(self) -> None:
         """Drop the checkpoint schema and every upstream schema the test used."""
