@@ -473,7 +473,8 @@ class Daemon:
     def _unfed(self) -> set[int]:
         """Partitions with records read but not fed (refused, or large messages being fetched)."""
         large = self.large
-        held = {p for p in self.reader.partitions if large.holds(p)} if large is not None else set()  # type: ignore[union-attr]
+        assert self.reader is not None
+        held = {p for p in self.reader.partitions if large.holds(p)} if large is not None else set()
         return self._bad_partitions | held
 
     def _feed_one(self, rec: Record, events: Sequence[Event], fetched: int = 0) -> None:
@@ -530,7 +531,8 @@ class Daemon:
             self.lock.ensure_held(check=True)  # type: ignore[union-attr]
             self._next_lock_check = now + self.LOCK_CHECK_SECONDS
         self.watch.add_new(now)  # paced by the reader: one metadata request every 30 s (1 s: several topics)
-        self.watch.probe_quiet(self._unfed(), now)
+        if self.watch.several:
+            self.watch.probe_quiet(self._unfed(), now)
         # Back-pressure: stop reading the partitions that are ahead of the barrier when the cache
         # is over --max-cached-bytes (or over READ_AHEAD_ROWS with no window in flight: with one,
         # ``_read`` stops reading instead), or when one of them alone is AHEAD_ROWS ahead; the
