@@ -3,6 +3,8 @@
 - A partition's resolved ts is the highest resolved ts read from it, never below the checkpoint:
   the daemon's listener rule. A DDL implies none: in the new architecture rows of the tables it
   does not block may follow it with a smaller ts (docs/open-protocol.md §5.4).
+- With several topics, a partition whose topic gets no resolved events counts as resolved at the
+  highest one seen elsewhere once read to an end learned after it (``applier.catchup.offsets``).
 - R, the end of the window, is the smallest of them over all partitions (capped by ``--until``):
   only up to R is the set of rows complete. Rows with ``lower < ts <= R`` are applied, where
   ``lower`` is max(--from-ts, the checkpoint's applied ts).
@@ -19,7 +21,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from applier.codec.events import DDLEvent, Position
+from applier.catchup.rows import Places, position
+from applier.codec.events import DDLEvent
 from applier.stream.progress import DDLKey, ddl_key
 
 
@@ -48,9 +51,21 @@ class Epoch:
         return self.upper > self.lower
 
 
-def partition_resolved(controls: Iterable[Control], partitions: Iterable[int], floor: int) -> dict[int, int]:
-    """Each partition's resolved ts (module docstring); ``floor`` for partitions that gave none."""
+def partition_resolved(
+    controls: Iterable[Control],
+    partitions: Iterable[int],
+    floor: int,
+    drained: Mapping[int, int] | None = None,
+) -> dict[int, int]:
+    """Each partition's resolved ts (module docstring); ``floor`` for partitions that gave none.
+
+    ``drained``: partitions read to an end learned after a resolved ts was seen elsewhere, which
+    count as resolved at it (several topics: ``applier.catchup.offsets.ReadPlan.drained``).
+    """
     out = dict.fromkeys(partitions, floor)
+    for p, ts in (drained or {}).items():
+        if p in out and ts > out[p]:
+            out[p] = ts
     for c in controls:
         if c.ddl is None and c.ts > out.get(c.partition, floor):
             out[c.partition] = c.ts
@@ -117,6 +132,8 @@ def ddl_event(
     query: str,
     ddl_type: int,
     topic: str,
+    places: Places | None = None,
 ) -> DDLEvent:
     """A DDLEvent rebuilt from the Arrow columns of a control row."""
-    return DDLEvent(ts, schema or "", table or "", query, ddl_type, Position(topic, partition, offset, index))
+    pos = position(topic, partition, offset, index, places)
+    return DDLEvent(ts, schema or "", table or "", query, ddl_type, pos)

@@ -13,6 +13,11 @@ Order of work (each step's reasons are in the module it uses):
    the driver with the daemon's rules (:mod:`applier.apply.ddl`) and is recorded.
 5. Hand-off: one transaction writes the daemon's checkpoint at R: global ts, every table, every
    partition's resume offset and resolved ts.
+
+Several topics (a topic dispatcher's changefeed, the setting ``topic`` naming a set): partitions
+are slots inside the job (:mod:`.offsets`), quiet partitions count as resolved at the highest
+resolved ts seen once read to an end learned after it, and the checkpoint names each partition
+by topic and partition, as the daemon's does.
 """
 
 from __future__ import annotations
@@ -39,9 +44,9 @@ from applier.catchup.epochs import (
     partition_resolved,
     plan_epochs,
 )
-from applier.catchup.offsets import KafkaOffsets, OffsetSource, choose_starts, split_ranges
+from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
 from applier.catchup.replay import SKELETON_COLUMNS, Skeleton, replay_skeleton
-from applier.catchup.report import Progress, Summary
+from applier.catchup.report import Progress, Summary, partition_label
 from applier.catchup.rows import DDL, RESOLVED, ROW, STATS
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
@@ -54,7 +59,7 @@ from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
 from applier.ops.logs import get_logger
 from applier.settings.downstream import downstream_config
-from applier.settings.schema import Config, ConfigError
+from applier.settings.schema import Config
 from applier.stream.progress import ddl_key
 from applier.stream.table_filter import table_event_filter
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
@@ -102,12 +107,8 @@ class CatchupJob:
         progress_interval: float = 5.0,
     ) -> None:
         self.cfg = cfg
-        if cfg.topics().single is None:
-            raise ConfigError(
-                f"topic {cfg.topic!r}: applier catchup reads one topic; a changefeed written to several "
-                'topics is replayed by applier run (docs/operations.md, "Several topics")'
-            )
-        self.topic: str = cfg.topic
+        self.topics = cfg.topics()
+        self.topic: str = cfg.topic  # the set's description with several topics
         self.from_ts: int = cfg.from_ts
         self.until: int | None = cfg.until
         self.downstream = downstream_config(cfg)
@@ -176,7 +177,7 @@ class CatchupJob:
 
                 cfg = self.cfg
                 conf = base_consumer_config(cfg.kafka_bootstrap, cfg.group_id, cfg.kafka_config)
-                source = KafkaOffsets(Consumer(KafkaClientLog().install(conf)), self.topic)
+                source = KafkaOffsets(Consumer(KafkaClientLog().install(conf)), self.topics)
             self._run(ckpt, source)
         finally:
             if own_source and isinstance(source, KafkaOffsets):
@@ -218,19 +219,25 @@ class CatchupJob:
         g = ckpt.resolved_ts
         lower = max(self.from_ts, g)
         s.lower_ts = lower
-        partitions = source.partitions()
-        stored = ckpt.offsets if ckpt.topic == self.topic else {}
         margin = cfg.catchup_time_lookup_margin_seconds
-        starts = choose_starts(
-            partitions,
-            stored,
+        several = self.topics.single is None
+        plan = plan_reads(
+            source,
+            self._stored_offsets(ckpt),
             from_ts=lower,
-            source=source,
             time_margin_ms=None if margin is None else int(margin) * 1000,
+            several=several,
+            options=self.options,
         )
-        bounds = source.bounds(starts)
-        ranges = split_ranges(bounds, int(cfg.catchup_split_records))
+        bounds = plan.bounds
+        partitions = sorted(bounds)
+        # Several topics: slots inside, topic and partition wherever Kafka or the checkpoint sees them.
+        places = {p: source.key(p) for p in partitions} if several else {}
+        label = (lambda p: partition_label(places[p])) if several else str
+        key = places.__getitem__ if several else None
+        ranges = split_ranges(bounds, int(cfg.catchup_split_records), key=key)
         total = sum(r.size for r in ranges)
+        quiet = {"quiet_partitions": [label(p) for p in sorted(plan.drained)], "seen_ts": plan.top}
         self.log.info(
             "planned",
             lower_ts=lower,
@@ -238,13 +245,14 @@ class CatchupJob:
             partitions=len(partitions),
             ranges=len(ranges),
             records=total,
-            start_offsets={str(p): b[0] for p, b in sorted(bounds.items())},
-            end_offsets={str(p): b[1] for p, b in sorted(bounds.items())},
+            start_offsets={label(p): b[0] for p, b in sorted(bounds.items())},
+            end_offsets={label(p): b[1] for p, b in sorted(bounds.items())},
+            **(quiet if several else {}),
         )
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        collapse_upto = self._collapse_bound(source, bounds, lower)  # while the JVM starts
+        collapse_upto = self._collapse_bound(source, plan, lower)  # while the JVM starts
         spark = self._session()
         progress = Progress(spark, self.log, self._progress_interval)
         progress.start()
@@ -285,13 +293,13 @@ class CatchupJob:
                         .toArrow()
                     )
                 )
-            skeleton = Skeleton.from_arrow(skeleton_tab, self.topic)
+            skeleton = Skeleton.from_arrow(skeleton_tab, self.topic, places)
             s.records, s.events = skeleton.records_read, skeleton.row_events
             if self.tables is not None:  # the reading tasks dropped them; said here, once each
                 for schema, table in sorted(skeleton.filtered_tables):
                     self.tables.note_skipped(schema, table)
             progress.records_read = s.records
-            resolved = partition_resolved(skeleton.controls, partitions, lower)
+            resolved = partition_resolved(skeleton.controls, partitions, lower, plan.drained)
             r = global_resolved(resolved, self.until)
             if r < lower:
                 raise CatchupError(
@@ -315,6 +323,8 @@ class CatchupJob:
                 table_floor=table_floor,
                 applied_ddls=ckpt.applied_ddls,
                 executed_ddls=[ddl_key(d) for d in ddls],
+                drained={p: (bounds[p][1], ts) for p, ts in plan.drained.items()},
+                places=places,
             )
             s.keyless_replays_dropped = replay.replayed_keyless
             keyless = _keyless_by_epoch(replay.keyless_rows, epochs)
@@ -328,7 +338,9 @@ class CatchupJob:
             )
             for epoch in epochs:
                 if epoch.has_rows and decoded is not None:
-                    self._apply_epoch(epoch, decoded, keyless.get(epoch.number, {}), table_floor, progress)
+                    self._apply_epoch(
+                        epoch, decoded, keyless.get(epoch.number, {}), table_floor, progress, places
+                    )
                 if epoch.ddl is not None:
                     progress.stage("ddl")
                     self._apply_ddl(epoch)
@@ -336,8 +348,11 @@ class CatchupJob:
             progress.stage("handoff")
             tables = set(skeleton.keyed_tables) | set(skeleton.keyless_tables) | set(ckpt.tables)
             tables |= {(d.schema, d.table) for d in ddls if d.table}
-            self._handoff(r, tables, replay.resume_offsets, replay.partition_resolved, ddls)
-            s.resume_offsets = dict(replay.resume_offsets)
+            # The checkpoint names partitions as the daemon reads it: by topic with several topics.
+            named: Any = (lambda m: {places[p]: v for p, v in m.items()}) if several else dict
+            offsets = named(replay.resume_offsets)
+            self._handoff(r, tables, offsets, named(replay.partition_resolved), ddls)
+            s.resume_offsets = offsets
         finally:
             progress.stop()
             s.stage_seconds = dict(progress.stage_seconds)
@@ -345,15 +360,26 @@ class CatchupJob:
                 with contextlib.suppress(Exception):  # the session may be gone after a failure
                     decoded.unpersist()
 
-    def _collapse_bound(self, source: OffsetSource, bounds: dict, lower: int) -> int | None:
-        """The ts the readers may collapse up to: the smallest resolved ts near the partitions' ends.
+    def _stored_offsets(self, ckpt: Checkpoint) -> dict[tuple[str, int], int]:
+        """The checkpoint's offsets of this job's topics, by topic and partition: one topic's only
+        when the checkpoint is that topic's; several topics' those of every topic of the set (the
+        set may have changed since: ``load_checkpoint`` accepted it)."""
+        if self.topics.single is None:
+            return {tp: o for tp, o in ckpt.topic_offsets.items() if self.topics.matches(tp[0])}
+        return {(self.topic, p): o for p, o in ckpt.offsets.items()} if ckpt.topic == self.topic else {}
+
+    def _collapse_bound(self, source: OffsetSource, plan: ReadPlan, lower: int) -> int | None:
+        """The ts the readers may collapse up to: the smallest resolved ts near the partitions' ends
+        (a quiet partition's: the one it counts as, ``plan.drained``).
 
         It is at most R (each is at most its partition's resolved ts over the range), so no op
         above the window can hide one inside it. None (no collapsing) when disabled or unknown.
         """
+        bounds = plan.bounds
         if not self.cfg.catchup_collapse_in_reader or not bounds:
             return None
-        tails = source.tail_resolved(bounds, self.options)
+        tails = plan.tails if plan.tails is not None else source.tail_resolved(bounds, self.options)
+        tails = {p: plan.drained.get(p, tails.get(p)) for p in bounds}
         if any(v is None for v in tails.values()):
             return None
         bound = min(v for v in tails.values() if v is not None)
@@ -405,7 +431,7 @@ class CatchupJob:
         return ARROW_SCHEMA.empty_table()
 
     # -- epochs --------------------------------------------------------------------------------
-    def _write_spec(self, epoch: Epoch, table_floor: dict) -> WriteSpec:
+    def _write_spec(self, epoch: Epoch, table_floor: dict, places: dict) -> WriteSpec:
         assert self.dialect is not None
         return WriteSpec(
             downstream=self.downstream,
@@ -421,6 +447,7 @@ class CatchupJob:
             changefeed=self.cfg.group_id,
             owner=self._owner(),
             router=self.router,
+            places=places,
         )
 
     def _apply_epoch(
@@ -430,12 +457,13 @@ class CatchupJob:
         keyless_plans: dict[tuple[str, str], TablePlan],
         table_floor: dict,
         progress: Progress,
+        places: dict,
     ) -> None:
         from pyspark.sql import functions as F
 
         s = self.summary
         spark = self._spark
-        spec = self._write_spec(epoch, table_floor)
+        spec = self._write_spec(epoch, table_floor, places)
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
         parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
@@ -489,8 +517,8 @@ class CatchupJob:
         *,
         tables: Iterable[tuple[str, str]] = (),
         topic: str | None = None,
-        offsets: dict[int, int] | None = None,
-        partition_resolved: dict[int, int] | None = None,
+        offsets: dict | None = None,
+        partition_resolved: dict | None = None,
     ) -> None:
         """The checkpoint rows of a driver unit, then the lock check its COMMIT must follow."""
         self.store.write(
@@ -533,10 +561,12 @@ class CatchupJob:
         self,
         r: int,
         tables: set[tuple[str, str]],
-        offsets: dict[int, int],
-        resolved: dict[int, int],
+        offsets: dict[int, int] | dict[tuple[str, int], int],
+        resolved: dict[int, int] | dict[tuple[str, int], int],
         ddls: list[DDLEvent],
     ) -> None:
+        """``offsets`` and ``resolved`` by partition of the topic, or by (topic, partition)."""
+
         def unit(conn: pymysql.connections.Connection) -> None:
             with conn.cursor() as cur:
                 for ddl in ddls:
@@ -556,7 +586,7 @@ class CatchupJob:
             "hand-off checkpoint written",
             resolved_ts=r,
             tables=len(tables),
-            resume_offsets={str(p): o for p, o in sorted(offsets.items())},
+            resume_offsets={partition_label(p): o for p, o in sorted(offsets.items())},
         )
 
 

@@ -13,6 +13,20 @@ or a catch-up on top of an earlier hand-off), else a time lookup when enabled, e
 offset. Starting early is always safe (rows at or below the checkpoint are skipped); starting
 late would lose rows, hence the margin on time lookups.
 
+Several topics (one changefeed written by a topic dispatcher, docs/open-protocol.md §5.10). The
+catch-up names partitions by slot (``applier.kafka.topics.TopicSlots``: the partition number for
+one topic, a dense int per ``(topic, partition)`` for several), so the window, the epochs and the
+replay stay keyed by one int; ranges carry the real topic and partition. A topic whose tables do
+not change gets no resolved events, which would hold R at the lowest such partition's last one.
+TiCDC writes a resolved ts R only once every row and DDL at or below R is in Kafka, in every
+topic, so :func:`plan_reads` takes the highest resolved ts T found near the partitions' ends,
+then lists the topics again (a topic listed only now joins, from its beginning or its stored
+offset: it may hold rows at or below T) and learns again, by fetching, the end of every
+partition whose own resolved ts near its end is below T: read up to that end, such a partition
+holds nothing more at or below T but copies, so it counts as resolved at T there
+(``ReadPlan.drained``). One plain topic needs none of this (every partition gets every resolved
+event) and asks Kafka exactly what it did.
+
 Nothing here imports pyspark: the driver plans ranges before Spark reads them, and the unit
 tests exercise the planning without a JVM.
 """
@@ -21,14 +35,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from applier.catchup.tso import PHYSICAL_SHIFT
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import ResolvedEvent
-from applier.kafka.reader import KafkaReadError, is_fatal_kafka_error, topic_partitions
+from applier.kafka.reader import KafkaReadError, is_fatal_kafka_error, set_partitions, topic_partitions
+from applier.kafka.topics import TopicSet, TopicSlots
 
 EARLIEST = "earliest"
 END = "end"
@@ -37,22 +52,38 @@ StartSpec = int | str  # an offset, EARLIEST or END
 
 @dataclass(frozen=True, slots=True)
 class OffsetRange:
-    """Records ``start <= offset < end`` of one partition: one Spark input partition."""
+    """Records ``start <= offset < end`` of one partition: one Spark input partition.
+
+    ``partition`` is the catch-up's partition id (a slot, see the module docstring); with several
+    topics ``topic`` and ``kafka_partition`` say where the records are (one topic: empty, the
+    partition id is the Kafka partition of the job's topic).
+    """
 
     partition: int
     start: int
     end: int
+    topic: str = ""
+    kafka_partition: int = -1
 
     @property
     def size(self) -> int:
         return self.end - self.start
 
+    def where(self, topic: str) -> tuple[str, int]:
+        """The Kafka topic and partition to read; ``topic`` is the job's, for a range without one."""
+        return (self.topic, self.kafka_partition) if self.topic else (topic, self.partition)
 
-def split_ranges(bounds: Mapping[int, tuple[int, int]], max_records: int) -> list[OffsetRange]:
+
+def split_ranges(
+    bounds: Mapping[int, tuple[int, int]],
+    max_records: int,
+    key: Callable[[int], tuple[str, int]] | None = None,
+) -> list[OffsetRange]:
     """Cut each partition's ``[start, end)`` into nearly equal ranges of at most ``max_records``.
 
     Empty partitions give no range. Ranges are ordered by partition, then offset, so the input
     partitions' order is deterministic (a retried Spark task re-reads exactly the same records).
+    ``key`` (several topics) gives each range the topic and partition of its partition id.
     """
     if max_records < 1:
         raise ValueError("max_records must be at least 1")
@@ -66,10 +97,11 @@ def split_ranges(bounds: Mapping[int, tuple[int, int]], max_records: int) -> lis
             continue
         pieces = -(-total // max_records)
         base, extra = divmod(total, pieces)
+        where = () if key is None else key(p)
         s = start
         for i in range(pieces):
             e = s + base + (1 if i < extra else 0)
-            out.append(OffsetRange(p, s, e))
+            out.append(OffsetRange(p, s, e, *where))
             s = e
     return out
 
@@ -78,7 +110,12 @@ class OffsetSource(Protocol):
     """What the driver asks the broker. The real one is :class:`KafkaOffsets`; tests use fakes."""
 
     def partitions(self) -> list[int]:
-        """Partition ids of the topic."""
+        """Partition ids of the topic (several topics: slots of every existing topic of the set,
+        a pair keeping its slot from one call to the next)."""
+        ...
+
+    def key(self, partition: int) -> tuple[str, int]:
+        """The Kafka topic and partition of a partition id."""
         ...
 
     def bounds(self, starts: Mapping[int, StartSpec]) -> dict[int, tuple[int, int]]:
@@ -135,13 +172,74 @@ def choose_starts(
     return starts
 
 
-class KafkaOffsets:
-    """:class:`OffsetSource` over a confluent-kafka consumer (never joins a group: assign only)."""
+@dataclass
+class ReadPlan:
+    """What the scan reads, per partition id ``(start, end)``, and what the driver knows of it.
 
-    def __init__(self, consumer: Any, topic: str, *, timeout: float = 30.0) -> None:
+    ``tails``: the resolved ts found near each partition's end (None: none found), when the plan
+    had to read them (several topics); ``top``: the highest of them. ``drained``: partitions whose
+    end was learned by a fetch made after ``top`` was read, which count as resolved at it there
+    (module docstring): :func:`applier.catchup.epochs.partition_resolved` and the replay take it.
+    """
+
+    bounds: dict[int, tuple[int, int]]
+    tails: dict[int, int | None] | None = None
+    top: int | None = None
+    drained: dict[int, int] = field(default_factory=dict)
+
+
+def plan_reads(
+    source: OffsetSource,
+    stored: Mapping[tuple[str, int], int],
+    *,
+    from_ts: int,
+    time_margin_ms: int | None = None,
+    several: bool = False,
+    options: DecoderOptions | None = None,
+) -> ReadPlan:
+    """Start and end offsets of every partition (``stored``: the checkpoint's offsets by topic and
+    partition), and with ``several`` topics the quiet partitions (module docstring).
+
+    One topic: one listing and one round of fetches. Several: then the tails' resolved ts, one
+    more listing and one more round of fetches, for the partitions that lag and those listed
+    only now. Both come after the tails were read, which is what makes them count.
+    """
+
+    def starts_of(partitions: list[int]) -> dict[int, StartSpec]:
+        known = {p: o for p in partitions if (o := stored.get(source.key(p))) is not None}
+        return choose_starts(partitions, known, from_ts=from_ts, source=source, time_margin_ms=time_margin_ms)
+
+    bounds = source.bounds(starts_of(source.partitions()))
+    if not several:
+        return ReadPlan(bounds)
+    tails = source.tail_resolved(bounds, options or DecoderOptions())
+    top = max((ts for ts in tails.values() if ts is not None), default=None)
+    if top is None:  # no resolved ts anywhere near the ends: R is what the scan finds
+        return ReadPlan(bounds, tails)
+    joined = [p for p in source.partitions() if p not in bounds]
+    lagging = sorted(p for p, ts in tails.items() if ts is None or ts < top)
+    again: dict[int, StartSpec] = {p: bounds[p][1] for p in lagging}
+    again.update(starts_of(joined))
+    if again:
+        ends = source.bounds(again)
+        for p in lagging:
+            bounds[p] = (bounds[p][0], max(bounds[p][1], ends[p][1]))
+        bounds.update({p: ends[p] for p in joined})
+    return ReadPlan(bounds, tails, top, dict.fromkeys([*lagging, *joined], top))
+
+
+class KafkaOffsets:
+    """:class:`OffsetSource` over a confluent-kafka consumer (never joins a group: assign only).
+
+    ``topic``: one topic, or a :class:`TopicSet`; partitions are named by slot (module docstring).
+    """
+
+    def __init__(self, consumer: Any, topic: str | TopicSet, *, timeout: float = 30.0) -> None:
         """``consumer``: a confluent-kafka consumer made from :func:`base_consumer_config`; closed by
         :meth:`close`."""
-        self.topic = topic
+        self.topics = topic if isinstance(topic, TopicSet) else TopicSet((topic,))
+        self.topic = self.topics.describe()
+        self.slots = TopicSlots(self.topics)
         self.timeout = timeout
         self._consumer = consumer
 
@@ -150,10 +248,33 @@ class KafkaOffsets:
             self._consumer.close()
 
     def partitions(self) -> list[int]:
-        return topic_partitions(self._consumer, self.topic, self.timeout)
+        if self.slots.single is not None:
+            return topic_partitions(self._consumer, self.slots.single, self.timeout)
+        found = set_partitions(self._consumer, self.topics, self.timeout)
+        if not found:
+            raise KafkaReadError(f"no topic of {self.topic!r} exists (or none has partitions)")
+        # Slots in topic order the first time: DDLs of one commit ts run in that order (epochs).
+        return sorted(self.slots.slot(t, p) for t in sorted(found) for p in found[t])
+
+    def key(self, partition: int) -> tuple[str, int]:
+        return self.slots.key(partition)
+
+    def _tp(self, partition: int, offset: int | None = None) -> Any:
+        from confluent_kafka import TopicPartition
+
+        topic, kafka_partition = self.slots.key(partition)
+        if offset is None:
+            return TopicPartition(topic, kafka_partition)
+        return TopicPartition(topic, kafka_partition, offset)
+
+    def _named(self, partitions: Iterable[int]) -> list[int] | list[str]:
+        """Partition ids as messages name them: numbers for one topic, ``topic/partition`` else."""
+        if self.slots.single is not None:
+            return list(partitions)
+        return [self.slots.label(p) for p in partitions]
 
     def bounds(self, starts: Mapping[int, StartSpec]) -> dict[int, tuple[int, int]]:
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError
 
         def logical(spec: StartSpec) -> int:
             if spec == EARLIEST:
@@ -162,33 +283,33 @@ class KafkaOffsets:
                 return OFFSET_END
             return int(spec)
 
-        c = self._consumer
-        c.assign([TopicPartition(self.topic, p, logical(s)) for p, s in sorted(starts.items())])
+        c, slot = self._consumer, self.slots.slot
+        c.assign([self._tp(p, logical(s)) for p, s in sorted(starts.items())])
         first: dict[int, int] = {}
         deadline = time.monotonic() + self.timeout
         try:
             while len(first) < len(starts):
                 if time.monotonic() > deadline:
                     missing = sorted(set(starts) - set(first))
+                    shown = [starts[p] for p in missing]
                     raise KafkaReadError(
-                        f"topic {self.topic!r}: partitions {missing} gave neither a record nor their end "
-                        f"within {self.timeout:.0f}s (start offsets {[starts[p] for p in missing]}: "
+                        f"topic {self.topic!r}: partitions {self._named(missing)} gave neither a record nor "
+                        f"their end within {self.timeout:.0f}s (start offsets {shown}: "
                         "beyond the end of the partition?)"
                     )
                 for msg in c.consume(500, 0.2):
-                    p = msg.partition()
                     err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            first.setdefault(p, msg.offset())
-                            continue
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
                         if is_fatal_kafka_error(err):
-                            raise KafkaReadError(f"Kafka error on topic {self.topic!r}: {err.str()}")
+                            where = msg.topic() or self.topic
+                            raise KafkaReadError(f"Kafka error on topic {where!r}: {err.str()}")
                         continue
-                    first.setdefault(p, msg.offset())
+                    p = slot(msg.topic(), msg.partition())
+                    if p in starts:  # a record or the end-of-partition event: this fetch's first
+                        first.setdefault(p, msg.offset())
             out: dict[int, tuple[int, int]] = {}
             for p, spec in starts.items():
-                _low, high = c.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+                _low, high = c.get_watermark_offsets(self._tp(p), cached=True)
                 start = spec if isinstance(spec, int) else first[p]
                 if spec == END or high < start:
                     high = max(high, first[p])
@@ -223,10 +344,11 @@ class KafkaOffsets:
         """Highest resolved ts in records ``[start, end)``.
 
         A DDL implies none (docs/open-protocol.md §5.4)."""
-        from confluent_kafka import KafkaError, TopicPartition
+        from confluent_kafka import KafkaError
 
         c = self._consumer
-        c.assign([TopicPartition(self.topic, partition, start)])
+        topic, kafka_partition = self.slots.key(partition)
+        c.assign([self._tp(partition, start)])
         best: int | None = None
         deadline = time.monotonic() + self.timeout
         try:
@@ -234,14 +356,14 @@ class KafkaOffsets:
             while nxt < end:
                 if time.monotonic() > deadline:
                     raise KafkaReadError(
-                        f"topic {self.topic!r} partition {partition}: offsets {nxt}..{end} not readable "
+                        f"topic {topic!r} partition {kafka_partition}: offsets {nxt}..{end} not readable "
                         f"within {self.timeout:.0f}s"
                     )
                 for msg in c.consume(500, 0.2):
                     err = msg.error()
                     if err is not None:
                         if err.code() != KafkaError._PARTITION_EOF and err.fatal():
-                            raise KafkaReadError(f"Kafka error on topic {self.topic!r}: {err.str()}")
+                            raise KafkaReadError(f"Kafka error on topic {topic!r}: {err.str()}")
                         continue
                     off = msg.offset()
                     if off >= end:
@@ -251,8 +373,8 @@ class KafkaOffsets:
                     for ev in decode_record(
                         msg.key(),
                         msg.value(),
-                        topic=self.topic,
-                        partition=partition,
+                        topic=topic,
+                        partition=kafka_partition,
                         offset=off,
                         options=options,
                     ):
@@ -263,8 +385,7 @@ class KafkaOffsets:
             c.unassign()
 
     def offsets_for_time(self, partitions: Iterable[int], ms: int) -> dict[int, int | None]:
-        from confluent_kafka import TopicPartition
-
-        tps = [TopicPartition(self.topic, p, ms) for p in sorted(partitions)]
+        tps = [self._tp(p, ms) for p in sorted(partitions)]
         found = self._consumer.offsets_for_times(tps, timeout=self.timeout)
-        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
+        slot = self.slots.slot
+        return {slot(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}

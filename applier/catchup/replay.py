@@ -15,6 +15,10 @@ real :class:`~applier.stream.listener.PartitionListener`, record by record in of
   above R stay cached, which is what makes ``resume_offset`` point at the first record holding an
   unapplied keyed row.
 
+With several topics, a partition that counts as resolved at a ts at its end (``drained``: a
+quiet topic, :mod:`applier.catchup.offsets`) is told so after its last record, as the daemon's
+drain probe tells its listener (``PartitionListener.observe_drained``).
+
 After the pass, the kept keyless rows at or below R are the ones to apply, and marking R applied
 (with the DDLs up to R) gives each listener's ``resume_offset``: the daemon's own answer to "where
 does a restarted daemon read from so that nothing above R is skipped", moved back to the record
@@ -30,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.catchup.epochs import Control, ddl_event
-from applier.catchup.rows import DDL, RESOLVED, ROW, STATS, load_images
-from applier.codec.events import FLAG_HANDLE_KEY, Event, Position, ResolvedEvent, Row, RowEvent, RowKind
+from applier.catchup.rows import DDL, RESOLVED, ROW, STATS, Places, load_images, position
+from applier.codec.events import FLAG_HANDLE_KEY, Event, ResolvedEvent, Row, RowEvent, RowKind
 from applier.stream.listener import PartitionListener
 from applier.stream.progress import CheckpointState, DDLKey, SharedProgress, TableKey
 
@@ -67,7 +71,7 @@ class Skeleton:
     filtered_tables: set[TableKey] = field(default_factory=set)  # by the table filter (tbl '': schema)
 
     @classmethod
-    def from_arrow(cls, table: pa.Table, topic: str) -> Skeleton:
+    def from_arrow(cls, table: pa.Table, topic: str, places: Places | None = None) -> Skeleton:
         stats = table.filter(pc.equal(table["kind"], STATS))
         body = table.filter(pc.not_equal(table["kind"], STATS)).sort_by(
             [("part", "ascending"), ("off", "ascending"), ("idx", "ascending")]
@@ -87,7 +91,7 @@ class Skeleton:
             ddl = None
             if c["kind"][i] == DDL:
                 ddl = ddl_event(
-                    p, off, idx, ts, c["scm"][i], c["tbl"][i], c["ddl_q"][i], c["ddl_t"][i], topic
+                    p, off, idx, ts, c["scm"][i], c["tbl"][i], c["ddl_q"][i], c["ddl_t"][i], topic, places
                 )
             sk.controls.append(Control(p, off, idx, ts, ddl))
         rows = body.filter(pc.equal(body["kind"], ROW)).select(["scm", "tbl", "keyed"])
@@ -116,12 +120,16 @@ def replay_skeleton(
     table_floor: Mapping[TableKey, int],
     applied_ddls: Iterable[DDLKey],
     executed_ddls: Iterable[DDLKey],
+    drained: Mapping[int, tuple[int, int]] | None = None,
+    places: Places | None = None,
 ) -> ReplayResult:
     """Run the partitions' skeletons through listeners (module docstring).
 
     ``starts``: the offset each partition was read from; ``lower``: rows at or below it are already
     downstream; ``upper``: R; ``table_floor``: per-table checkpoint ts (rows at or below skipped);
-    ``applied_ddls``: DDLs recorded before this run; ``executed_ddls``: the DDLs this run executes.
+    ``applied_ddls``: DDLs recorded before this run; ``executed_ddls``: the DDLs this run executes;
+    ``drained``: partition -> (the end it was read to, the resolved ts it counts as there);
+    ``places``: the topic and partition of each partition id, for positions (several topics).
     """
     mixed = skeleton.keyed_tables & skeleton.keyless_tables
     if mixed:
@@ -144,7 +152,7 @@ def replay_skeleton(
     i = 0
     while i < n:
         part, off = cols["part"][i], cols["off"][i]
-        pos = Position(topic, part, off, 0)
+        pos = position(topic, part, off, 0, places)
         events: list[Event] = []
         digest = None
         j = i
@@ -173,6 +181,7 @@ def replay_skeleton(
                         cols["ddl_q"][j],
                         cols["ddl_t"][j],
                         topic,
+                        places,
                     )
                 )
             j += 1
@@ -181,6 +190,8 @@ def replay_skeleton(
             raise ValueError(f"skeleton holds partition {part}, which was not planned")
         listener.feed(off, events, 0, (digest, b"") if digest is not None else None)
         i = j
+    for p, (end, ts) in sorted((drained or {}).items()):
+        listeners[p].observe_drained(end, ts)  # after its last record, as the daemon's probe
 
     kept: list[RowEvent] = []
     for p in sorted(listeners):

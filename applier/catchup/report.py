@@ -17,6 +17,11 @@ from typing import Any
 from applier.catchup.writer import WriteStats
 
 
+def partition_label(partition: int | tuple[str, int]) -> str:
+    """A partition as logs name it: its number (one topic), or ``topic/partition`` (several)."""
+    return f"{partition[0]}/{partition[1]}" if isinstance(partition, tuple) else str(partition)
+
+
 @dataclass
 class Summary:
     """What a catch-up did (printed at the end, returned to callers and tests)."""
@@ -31,7 +36,8 @@ class Summary:
     epochs: int = 0
     keyless_replays_dropped: int = 0
     seconds: float = 0.0
-    resume_offsets: dict[int, int] = field(default_factory=dict)
+    resume_offsets: dict[int, int] | dict[tuple[str, int], int] = field(default_factory=dict)
+    """By partition of the topic, or by (topic, partition) with several topics."""
     stage_seconds: dict[str, float] = field(default_factory=dict)
     nothing_to_do: bool = False
 
@@ -56,7 +62,10 @@ class Summary:
             f"seconds {self.seconds:.1f}, row events/s {self.events_per_second:.0f}"
             + (f" ({stages})" if stages else ""),
             "resume offsets for `applier run`: "
-            + ", ".join(f"p{p}={o}" for p, o in sorted(self.resume_offsets.items())),
+            + ", ".join(
+                f"{'p' if isinstance(p, int) else ''}{partition_label(p)}={o}"
+                for p, o in sorted(self.resume_offsets.items())  # type: ignore[type-var]
+            ),
         ]
 
 

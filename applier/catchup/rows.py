@@ -11,7 +11,9 @@ One Arrow row per event (:data:`SPARK_SCHEMA`):
   ``ts`` = row events decoded, so the driver counts what was read without another pass; and one
   with ``scm``/``tbl`` and zero counts per table the table filter dropped events of, so the
   driver says once which tables were filtered out);
-- ``part``, ``off``, ``idx``: where the event came from (partition, offset, index in the record);
+- ``part``, ``off``, ``idx``: where the event came from (partition id, offset, index in the record;
+  the partition id is a slot with several topics: ``applier.catchup.offsets``, and events rebuilt
+  from the columns get the real topic and partition back from ``places``);
 - rows: ``ts`` (commit ts), ``scm``/``tbl``, ``op`` (RowKind), ``keyed`` (some image has a
   handle-key column), ``hkey`` (the handle key, pickled (names, values): what the writers are
   partitioned by) and ``img`` (pickled images: the new image of an upsert, the handle-key
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -101,6 +103,16 @@ _COLUMNS = tuple(ARROW_SCHEMA.names)
 _PICKLE = pickle.HIGHEST_PROTOCOL
 _INSERT, _UPDATE, _DELETE = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
 _MAX_TS = (1 << 63) - 1
+
+Places = Mapping[int, tuple[str, int]]
+"""Several topics: the Kafka topic and partition of each partition id (slot) the job reads."""
+
+
+def position(topic: str, part: int, off: int, idx: int, places: Places | None = None) -> Position:
+    """Where an event was read, for messages and the daemon's order of ops: the real topic and
+    partition of ``part`` when ``places`` names it, else ``topic`` and ``part`` (one topic)."""
+    where = places.get(part) if places else None
+    return Position(topic, part, off, idx) if where is None else Position(where[0], where[1], off, idx)
 
 
 def dump_images(new: Row | None, old: Row | None, row_id: int | None = None) -> bytes:
@@ -382,9 +394,10 @@ def _skeleton_marks(rows: Sequence[tuple[int, RowEvent, bool]]) -> list[bool]:
 
 
 def rebuild_row_events(
-    batch: pa.RecordBatch | pa.Table, topic: str
+    batch: pa.RecordBatch | pa.Table, topic: str, places: Places | None = None
 ) -> Iterable[tuple[tuple[str, str], RowEvent]]:
-    """((schema, table), RowEvent) of every ROW row that carries images, in batch order."""
+    """((schema, table), RowEvent) of every ROW row that carries images, in batch order (positions:
+    :func:`position`)."""
     names = ("part", "off", "idx", "ts", "scm", "tbl", "op", "img")
     kinds = {int(k): RowKind(k) for k in RowKind}
     for part, off, idx, ts, scm, tbl, op, img in zip(
@@ -395,5 +408,5 @@ def rebuild_row_events(
         new, old, rid = load_images(img)
         yield (
             (scm, tbl),
-            RowEvent(ts, scm, tbl, kinds[op], new, old, None, Position(topic, part, off, idx), rid),
+            RowEvent(ts, scm, tbl, kinds[op], new, old, None, position(topic, part, off, idx, places), rid),
         )

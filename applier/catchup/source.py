@@ -8,7 +8,9 @@ group), decoded record by record with :func:`decode_record` and returned as Arro
 retried task re-reads exactly the same records.
 
 Options (strings, as Spark passes them): ``bootstrap``, ``topic``, ``group_id``, ``ranges`` (JSON
-list of ``[partition, start, end]``), ``lower_ts``, ``legacy_base64_strings``, ``compression``,
+list of ``[partition, start, end]``, with several topics ``[slot, start, end, topic, partition]``:
+the task reads that topic and partition and names the rows' partition by the slot, which is what
+the driver keys partitions by), ``lower_ts``, ``legacy_base64_strings``, ``compression``,
 ``reserved_schemas`` (JSON list, see :mod:`sqlgen.ddl_guard`), ``filter`` (JSON list of the
 table-filter rules, see :mod:`applier.stream.table_filter`),
 ``batch_rows``, ``collapse_upto`` (keep only the last op per handle key among the ops at or below
@@ -69,13 +71,11 @@ class ReadSpec:
 
 
 class RangePartition(InputPartition):
-    """One Spark input partition: records ``[start, end)`` of Kafka partition ``partition``."""
+    """One Spark input partition: one :class:`OffsetRange`."""
 
-    def __init__(self, partition: int, start: int, end: int) -> None:
-        super().__init__((partition, start, end))
-        self.partition = partition
-        self.start = start
-        self.end = end
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng)
+        self.range = rng
 
 
 def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -97,15 +97,16 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     # collector would only re-scan the live ones (collapse winners) over and over.
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    topic, kafka_partition = rng.where(spec.topic)
     try:
-        consumer.assign([TopicPartition(spec.topic, rng.partition, rng.start)])
+        consumer.assign([TopicPartition(topic, kafka_partition, rng.start)])
         next_offset = rng.start
         last_progress = time.monotonic()
         while next_offset < rng.end:
             msgs = consumer.consume(1000, 0.5)
             if not msgs and time.monotonic() - last_progress > STALL_SECONDS:
                 raise KafkaReadError(
-                    f"topic {spec.topic!r} partition {rng.partition}: no record at offset {next_offset} "
+                    f"topic {topic!r} partition {kafka_partition}: no record at offset {next_offset} "
                     f"for {STALL_SECONDS:.0f}s (range ends at {rng.end}; last Kafka client error: "
                     f"{client_log.last_error})"
                 )
@@ -115,12 +116,12 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                     if err.code() == KafkaError._PARTITION_EOF:
                         if msg.offset() < rng.end:
                             raise KafkaReadError(
-                                f"topic {spec.topic!r} partition {rng.partition} ended at offset "
+                                f"topic {topic!r} partition {kafka_partition} ended at offset "
                                 f"{msg.offset()}, before the planned end {rng.end} (retention? truncation?)"
                             )
                         continue
                     if is_fatal_kafka_error(err):
-                        raise KafkaReadError(f"Kafka error on topic {spec.topic!r}: {err.str()}")
+                        raise KafkaReadError(f"Kafka error on topic {topic!r}: {err.str()}")
                     continue
                 off = msg.offset()
                 if off >= rng.end:
@@ -128,7 +129,7 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                     break
                 key, value = msg.key(), msg.value()
                 events = decode_record(
-                    key, value, topic=spec.topic, partition=rng.partition, offset=off, options=spec.options
+                    key, value, topic=topic, partition=kafka_partition, offset=off, options=spec.options
                 )
                 if tables is not None:  # as the daemon: the record still counts, without those events
                     events = tables.keep(events)
@@ -186,15 +187,18 @@ class _Reader(DataSourceReader):
             if options.get("secret.large_messages")
             else None,
         )
-        self.ranges = [OffsetRange(int(p), int(s), int(e)) for p, s, e in json.loads(options["ranges"])]
+        self.ranges = [
+            OffsetRange(int(p), int(s), int(e), *([str(r[0]), int(r[1])] if r else []))
+            for p, s, e, *r in json.loads(options["ranges"])
+        ]
 
     def partitions(self) -> list[InputPartition]:
-        return [RangePartition(r.partition, r.start, r.end) for r in self.ranges]
+        return [RangePartition(r) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         with fatal_in_task():
-            yield from read_range(self.spec, OffsetRange(partition.partition, partition.start, partition.end))
+            yield from read_range(self.spec, partition.range)
 
 
 class OpenProtocolSource(DataSource):
@@ -217,7 +221,7 @@ def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
         "bootstrap": spec.bootstrap,
         "topic": spec.topic,
         "group_id": spec.group_id,
-        "ranges": json.dumps([[r.partition, r.start, r.end] for r in ranges]),
+        "ranges": json.dumps([_range_item(r) for r in ranges]),
         "lower_ts": str(spec.lower_ts),
         "legacy_base64_strings": "true" if spec.options.legacy_base64_strings else "false",
         "compression": spec.options.compression or "",
@@ -228,3 +232,9 @@ def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
         "secret.kafka_config": json.dumps(dict(spec.kafka_config)),
         "secret.large_messages": base64.b64encode(pickle.dumps(spec.large)).decode() if spec.large else "",
     }
+
+
+def _range_item(rng: OffsetRange) -> list:
+    """A range as the ``ranges`` option lists it: the topic and partition only with several topics."""
+    where = [rng.topic, rng.kafka_partition] if rng.topic else []
+    return [rng.partition, rng.start, rng.end, *where]

@@ -64,6 +64,8 @@ class WriteSpec:
     owner: str | None = None
     router: Router = field(default_factory=Router)
     """Route rules: rows go to the routed names; the table checkpoints keep the upstream ones."""
+    places: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Several topics: the topic and partition of each partition id (rows' positions, messages)."""
 
     def skip(self, table: TableKey, ts: int) -> bool:
         """Is a row of ``table`` at ``ts`` outside this epoch or already applied?"""
@@ -172,7 +174,7 @@ def _write_keyed(
     by_table: dict[TableKey, list[RowEvent]],
 ) -> WriteStats:
     for batch in batches:
-        for table, ev in rebuild_row_events(batch, spec.topic):
+        for table, ev in rebuild_row_events(batch, spec.topic, spec.places):
             if spec.skip(table, ev.commit_ts):
                 continue
             lst = by_table.get(table)

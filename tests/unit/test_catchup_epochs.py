@@ -29,6 +29,16 @@ def test_partition_resolved_ignores_ddls_and_older_values() -> None:
     assert partition_resolved(controls, [0, 1, 2], floor=50) == {0: 100, 1: 70, 2: 50}
 
 
+def test_drained_partitions_count_as_the_resolved_ts_they_were_drained_at() -> None:
+    """Several topics: a quiet partition read to an end learned after 90 was seen counts as
+    resolved at 90; its own higher resolved ts still wins, and so does the floor."""
+    controls = [Control(0, 1, 0, 100), Control(1, 3, 0, 95)]
+    resolved = partition_resolved(controls, [0, 1, 2, 3], floor=50, drained={1: 90, 2: 90, 3: 40})
+    assert resolved == {0: 100, 1: 95, 2: 90, 3: 50}
+    assert global_resolved(resolved) == 50
+    assert global_resolved(partition_resolved(controls, [0, 1, 2], floor=50, drained={2: 90})) == 90
+
+
 def test_global_resolved_is_the_smallest_capped_by_until() -> None:
     assert global_resolved({0: 100, 1: 80, 2: 95}) == 80
     assert global_resolved({0: 100, 1: 80}, until=70) == 70

@@ -18,6 +18,7 @@ from applier.catchup.epochs import ddls_to_run, global_resolved, partition_resol
 from applier.catchup.replay import Skeleton, replay_skeleton
 from applier.catchup.rows import ARROW_SCHEMA, BatchBuilder
 from applier.codec.decoder import DecoderOptions, decode_record
+from applier.codec.events import ResolvedEvent
 from applier.simulator import StreamConfig, simulate
 from applier.stream.barrier import Barrier
 from applier.stream.progress import CheckpointState, ddl_key
@@ -47,27 +48,38 @@ def _decoded(sim, records):
     return out
 
 
-def _daemon(decoded, partitions, lower):
+def _daemon(decoded, partitions, lower, drained=None):
+    """The daemon's barrier fed every record; ``drained`` (partition -> (end, ts)): then told by a
+    drain probe that those partitions hold nothing more at or below ts (several topics)."""
     barrier = Barrier(
         range(partitions), CheckpointState(applied_ts=lower, offsets=dict.fromkeys(range(partitions), 0))
     )
     keyless = []
     for part, off, events, raw in decoded:
         barrier.feed(part, off, events, 0, raw)
+    for p, (end, ts) in (drained or {}).items():
+        barrier.listeners[p].observe_drained(end, ts)
     while (w := barrier.next_window()) is not None:
         keyless.extend(_content(r) for r in w.rows if is_keyless(r))
         barrier.mark_applied(w)
     return barrier, keyless
 
 
-def _catchup(decoded, partitions, lower):
+def _skeleton(decoded, lower):
     builder = BatchBuilder(lower)
     for part, off, events, raw in decoded:
         builder.add_record(part, off, events, raw)
     builder.add_stats(0)
     table = pa.Table.from_batches([builder.flush(final=True)], schema=ARROW_SCHEMA)
-    sk = Skeleton.from_arrow(table.filter(table["skel"]), TOPIC)
-    r = global_resolved(partition_resolved(sk.controls, range(partitions), lower))
+    return Skeleton.from_arrow(table.filter(table["skel"]), TOPIC)
+
+
+def _catchup(decoded, partitions, lower, drained=None):
+    """The catch-up's path; ``drained`` as for ``_daemon`` (``ReadPlan.drained`` and the ends)."""
+    drained = drained or {}
+    sk = _skeleton(decoded, lower)
+    counted = {p: ts for p, (_end, ts) in drained.items()}
+    r = global_resolved(partition_resolved(sk.controls, range(partitions), lower, counted))
     ddls = ddls_to_run(sk.controls, lower, r)
     result = replay_skeleton(
         sk,
@@ -78,6 +90,7 @@ def _catchup(decoded, partitions, lower):
         table_floor={},
         applied_ddls=(),
         executed_ddls=[ddl_key(d) for d in ddls],
+        drained=drained,
     )
     return r, ddls, result
 
@@ -132,3 +145,40 @@ def test_resume_offset_is_the_first_record_above_r_as_the_daemon_computes_it() -
     assert r == 16 == barrier.applied_ts
     assert result.resume_offsets == barrier.resume_offsets() == {0: 3, 1: 3}
     assert result.partition_resolved == {0: 20, 1: 16}
+
+
+@pytest.mark.parametrize(("seed", "fraction"), [(7, 0.55), (8, 0.8), (9, 1.0)])
+def test_quiet_topics_drained_at_the_highest_resolved_ts_match_the_daemons_drain_probes(
+    seed: int, fraction: float
+) -> None:
+    """A topic dispatcher's changefeed (partitions are slots over every topic): the partitions
+    whose last resolved ts is below the highest one read anywhere count as resolved at it at their
+    end, in the catch-up as in the daemon (whose drain probe tells the listener the same). Same R,
+    same keyless rows, same resume offsets; and R is not held at a quiet topic's last resolved ts."""
+    sim = simulate(
+        StreamConfig(
+            seed=seed, partitions=2, transactions=220, resolved_every=1, topic_dispatcher=True, replays=True
+        )
+    )
+    records = sim.records[: int(len(sim.records) * fraction)]
+    lower = sim.resolved_points[2]
+    decoded = _decoded(sim, records)
+    slots = sim.slot_count
+    ends = dict.fromkeys(range(slots), 0)
+    last: dict[int, int] = {}
+    for part, off, events, _raw in decoded:
+        ends[part] = off + 1
+        for ev in events:
+            if isinstance(ev, ResolvedEvent):
+                last[part] = max(last.get(part, 0), ev.ts)
+    top = max(last.values())
+    drained = {p: (ends[p], top) for p in range(slots) if last.get(p, 0) < top}
+    assert drained, "the stream must have quiet partitions"
+    barrier, daemon_keyless = _daemon(decoded, slots, lower, drained)
+    r, _ddls, result = _catchup(decoded, slots, lower, drained)
+    assert r == barrier.applied_ts == top
+    assert result.resume_offsets == barrier.resume_offsets()
+    assert Counter(repr(_content(e)) for e in result.keyless_rows) == Counter(map(repr, daemon_keyless))
+    assert all(result.partition_resolved[p] >= top for p in range(slots))
+    without = global_resolved(partition_resolved(_skeleton(decoded, lower).controls, range(slots), lower))
+    assert without < top, "without the drained partitions R stays at a quiet partition's last resolved ts"

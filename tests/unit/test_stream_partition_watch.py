@@ -10,17 +10,21 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from applier.codec.decoder import DecoderOptions
+from applier.codec.events import Position, ResolvedEvent
 from applier.daemon.loop import EXIT_OK, Daemon, start_offsets
 from applier.kafka.reader import PartitionReader
 from applier.ops.observer import Observers
 from applier.settings.schema import Config
+from applier.stream.barrier import Barrier
 from applier.stream.partition_watch import PartitionWatch
+from applier.stream.progress import CheckpointState
 from tests.builders import resolved_record
 from tests.unit.kafka_fakes import FakeConsumer, FakeOracle, Msg, event
 
@@ -259,6 +263,26 @@ def test_loop_exits_caught_up_with_a_partition_that_stays_empty() -> None:
     )
     assert code == EXIT_OK
     assert journal == [("feed", 0, 0), ("set_empty", 1, True)]
+
+
+def test_several_topics_are_caught_up_only_once_the_highest_resolved_ts_read_is_applied() -> None:
+    """Read to their end, a quiet partition still waits for its drain probe (and the watermark for
+    the next topic listing): no window being ready does not mean caught up yet."""
+    barrier = Barrier([0, 1], CheckpointState(applied_ts=50, offsets={0: 0, 1: 0}))
+    barrier.feed(0, 0, [ResolvedEvent(60, Position("a", 0, 0, 0))], 0, None)
+    daemon = Daemon.__new__(Daemon)
+    daemon.cfg = Config({"topic": "a,b", "exit_when_caught_up": True})
+    daemon.reader = SimpleNamespace(all_at_end=lambda: True)  # type: ignore[assignment]
+    daemon.barrier, daemon.large, daemon._inflight = barrier, None, None
+    daemon.watch = SimpleNamespace(several=True)  # type: ignore[assignment]
+    assert barrier.next_window() is None and not daemon._caught_up([])
+    barrier.listeners[1].observe_drained(0, 60)  # its probe's end came
+    while (window := barrier.next_window()) is not None:
+        barrier.mark_applied(window)
+    assert barrier.applied_ts == 60 and daemon._caught_up([])
+    daemon.watch.several = False  # one topic: every partition gets every resolved event
+    daemon.barrier = Barrier([0], CheckpointState(applied_ts=50, offsets={0: 0}))
+    assert daemon._caught_up([])
 
 
 # -- where partitions start ------------------------------------------------------------------------
