@@ -101,23 +101,22 @@ class Changefeed:
 
     def checkpoint(self) -> tuple[int, dict[int, int]]:
         """(global resolved ts applied, partition -> next offset) as stored."""
+        rows = self.checkpoint_rows("SELECT resolved_ts FROM {schema}.changefeed WHERE changefeed=%s")
+        offsets = self.checkpoint_rows(
+            "SELECT partition_id, next_offset FROM {schema}.partition_offset WHERE changefeed=%s"
+        )
+        return (int(rows[0][0]) if rows else 0), {int(p): int(o) for p, o in offsets}
+
+    def checkpoint_rows(self, sql: str) -> list[tuple]:
+        """Rows of a query on this changefeed's checkpoint tables: ``{schema}`` is the checkpoint
+        schema, the one ``%s`` the changefeed's group id."""
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute(
-                    f"SELECT resolved_ts FROM `{self.checkpoint_schema}`.changefeed WHERE changefeed=%s",
-                    (self.group_id,),
-                )
-                row = cur.fetchone()
-                cur.execute(
-                    f"SELECT partition_id, next_offset FROM `{self.checkpoint_schema}`.partition_offset "
-                    "WHERE changefeed=%s",
-                    (self.group_id,),
-                )
-                offsets = {int(p): int(o) for p, o in cur.fetchall()}
+                cur.execute(sql.format(schema=f"`{self.checkpoint_schema}`"), (self.group_id,))
+                return [tuple(r) for r in cur.fetchall()]
         finally:
             conn.close()
-        return (int(row[0]) if row else 0), offsets
 
     def snapshot_ts(self, resolved: int) -> int:
         """The upstream ts the downstream stands at when the stored resolved ts is ``resolved``.

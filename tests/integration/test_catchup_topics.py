@@ -13,32 +13,23 @@ from __future__ import annotations
 
 import pytest
 
-from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
+from applier.simulator import PRODUCER_MODES, simulate
 from applier.simulator.producer import ensure_topic, produce_records, simulation_topics
 from tests.integration.catchup_support import restore_backup, run_catchup_here
 from tests.integration.harness import Changefeed
+from tests.integration.test_daemon_topics import dispatched
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _stored(cf: Changefeed) -> tuple[str, dict[tuple[str, int], int]]:
     """The checkpoint's topic and its offsets by (topic, partition)."""
-    conn = cf.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                f"SELECT `topic` FROM `{cf.checkpoint_schema}`.`changefeed` WHERE `changefeed` = %s",
-                (cf.group_id,),
-            )
-            (topic,) = cur.fetchone()
-            cur.execute(
-                f"SELECT `topic`, `partition_id`, `next_offset` "
-                f"FROM `{cf.checkpoint_schema}`.`partition_offset` WHERE `changefeed` = %s",
-                (cf.group_id,),
-            )
-            return topic, {(t, int(p)): int(o) for t, p, o in cur.fetchall()}
-    finally:
-        conn.close()
+    ((topic,),) = cf.checkpoint_rows("SELECT `topic` FROM {schema}.`changefeed` WHERE `changefeed` = %s")
+    rows = cf.checkpoint_rows(
+        "SELECT `topic`, `partition_id`, `next_offset` FROM {schema}.`partition_offset` "
+        "WHERE `changefeed` = %s"
+    )
+    return topic, {(t, int(p)): int(o) for t, p, o in rows}
 
 
 CASES = {
@@ -55,15 +46,7 @@ CASES = {
 def test_topic_dispatched_backlog_is_caught_up_and_handed_over_to_the_daemon(
     feed: Changefeed, case: str
 ) -> None:
-    cfg = StreamConfig(
-        seed=951,
-        partitions=2,
-        transactions=300,
-        resolved_every=1,  # one transaction per interval: most table topics are quiet in each
-        schema=feed.new_schema(),
-        topic_dispatcher=True,
-        **CASES[case],
-    )
+    cfg = dispatched(feed, seed=951, transactions=300, **CASES[case])
     sim = simulate(cfg)
     assert sim.exact_keyless  # keyless rows applied twice or lost at the hand-off would show
     topics = simulation_topics(sim, feed.topic)

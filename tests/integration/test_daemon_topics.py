@@ -29,6 +29,20 @@ pytestmark = pytest.mark.integration
 MODES = ["all-classic", "all-new"]
 
 
+def dispatched(feed: Changefeed, *, seed: int, transactions: int, **options: object) -> StreamConfig:
+    """A topic dispatcher's changefeed into ``feed``'s topics: two partitions each, one transaction
+    per resolved interval, so most table topics are quiet in each; ``options``: producer modes."""
+    return StreamConfig(
+        seed=seed,
+        partitions=2,
+        transactions=transactions,
+        resolved_every=1,
+        schema=feed.new_schema(),
+        topic_dispatcher=True,
+        **options,  # type: ignore[arg-type]
+    )
+
+
 def _topic_args(feed: Changefeed, form: str, topics: list[str]) -> list[str]:
     if form == "list":
         return ["--topic", ",".join(topics[1:])]  # with the default topic from the harness
@@ -41,15 +55,7 @@ def test_topic_dispatched_changefeed_converges_under_kills_and_never_passes_the_
 ) -> None:
     seed = 900 + MODES.index(mode)
     options = {**PRODUCER_MODES[mode], "replays": True}
-    cfg = StreamConfig(
-        seed=seed,
-        partitions=2,
-        transactions=400,
-        resolved_every=1,  # one transaction per interval: most table topics are quiet in each
-        schema=feed.new_schema(),
-        topic_dispatcher=True,
-        **options,
-    )
+    cfg = dispatched(feed, seed=seed, transactions=400, **options)
     sim = simulate(cfg)
     topics = simulation_topics(sim, feed.topic)
     assert len(topics) >= 4
@@ -72,15 +78,8 @@ def test_quiet_topics_produced_while_the_daemon_reads_never_let_the_watermark_pa
     watermark pass rows written to it meanwhile, which would then be skipped), and a topic that
     appears joins before the watermark passes what was seen before it was listed. Every
     checkpoint seen on the way is an exact snapshot."""
-    cfg = StreamConfig(
-        seed=913,
-        partitions=2,
-        transactions=500,
-        resolved_every=1,
-        schema=feed.new_schema(),
-        topic_dispatcher=True,
-        **{**PRODUCER_MODES["all-new"], "replays": True},  # a table (and its topic) created mid-stream
-    )
+    # all-new: a table (and its topic) created mid-stream
+    cfg = dispatched(feed, seed=913, transactions=500, **{**PRODUCER_MODES["all-new"], "replays": True})
     sim = simulate(cfg)
     place = lambda slot: sim.topic_of(slot, feed.topic)  # noqa: E731
     pieces = [sim.records[i : i + 150] for i in range(0, len(sim.records), 150)]
