@@ -272,7 +272,7 @@ class PartitionReader:
         if not found:
             raise KafkaReadError(f"no topic of {self.topic!r} exists (or none has partitions)")
         self.listed_at = started
-        return sorted(self.slots.slot(t, p) for t, parts in found.items() for p in parts)
+        return sorted(self.slots.slot(t, p) for t, parts in sorted(found.items()) for p in parts)
 
     def new_partitions(self, now: float | None = None) -> list[int]:
         """Partitions the topic has now and that are not assigned, at most every PARTITION_CHECK_SECONDS.
