@@ -348,12 +348,14 @@ def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> Stream:
 # -- a stream paced by the clock ----------------------------------------------------------------
 
 
-def paced_stream_arguments(ap, *, rate: float, seed: int) -> None:
+def paced_stream_arguments(ap, *, rate: float, seed: int, linger_ms: int = 5) -> None:
     """The options of a paced stream (``PacedGenerator``, ``produce_paced``) on argument parser ``ap``."""
     ap.add_argument("--rate", type=float, default=rate, help=f"row events per second (default {rate:,.0f})")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--resolved-interval", type=float, default=1.0, help="seconds between resolved ts")
-    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms")
+    ap.add_argument(
+        "--linger-ms", type=int, default=linger_ms, help=f"the producer's linger.ms ({linger_ms})"
+    )
     ap.add_argument("--seed", type=int, default=seed)
 
 

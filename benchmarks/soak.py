@@ -29,10 +29,15 @@ What it does (issue 17, "Soak"):
 4. Once the producer is done, waits until the final resolved ts is committed, stops the daemon
    (SIGTERM) and prints:
 
-   * ``RSS growth``: the median RSS in the last quarter of the run after the warm-up
-     (``--warmup-minutes``) against the median in its first quarter, counting only samples taken
-     ``--run-warmup`` seconds or more after the daemon (re)started (each start reads its backlog
-     first); the descriptors likewise; every run's peak (``VmHWM``).
+   * ``RSS growth``: within each stretch without a kill or a database restart (from
+     ``--settle`` seconds after its start, and after the warm-up, ``--warmup-minutes``), the
+     median RSS of its last third against its first third: the largest and the median over the
+     stretches. A leak grows in every stretch; a backlog (the catch-up after a kill or a restart)
+     fills the read-ahead, up to its bound, once, and CPython keeps the memory for reuse, so the
+     RSS steps up and stays flat. Hence also, for comparison, the whole run's last quarter against
+     its first (from ``--run-warmup`` seconds after each start); the descriptors; the RSS at the
+     end of each run and every run's peak (``VmHWM``). With a SIGKILL every two minutes no process
+     lives longer than that: ``--kill-every 0`` measures one process over the whole run.
    * Lag as ``benchmarks/lag.py`` measures it, over the whole run, kills and restarts included:
      ``row ts->commit`` (each row's commit ts to the commit of the window that held it, from the
      daemon's ``window applied`` lines) and ``release->commit`` (each resolved ts acknowledged by
@@ -42,6 +47,12 @@ What it does (issue 17, "Soak"):
    * The exact comparison: every row of ``sbtest1`` and of the churn tables against the
      generator's final state (missing, extra, different), the ``audit`` rows (count, distinct,
      range: exactly 1..N), the set of tables (no dropped table back).
+
+The broker keeps every record in memory (about 0.9 KiB a row event: some 8 GiB after half an
+hour at 5K rows/s), and each fetch costs it time in proportion to the record batches it holds;
+the producer therefore lingers 50 ms (``--linger-ms``; lag.py's 5 ms made a batch of one or two
+records, and in the last ten minutes of a half-hour run the daemon fell behind waiting for records
+while it spent less than a fifth of the time applying them).
 
 Prints figures, never asserts; the exit code is 1 when the comparison fails or the daemon exited
 by itself. Needs ``mariadb-install-db``/``mariadbd`` (the mariadb-server package) and the
@@ -237,6 +248,7 @@ class Sample:
     up: float  # seconds since the daemon (re)started
     rss_kib: int
     fds: int
+    behind_s: float | None  # how far the stored resolved ts was behind the clock (None: not readable)
 
 
 @dataclass
@@ -245,6 +257,7 @@ class Chaos:
 
     kills: list[float] = field(default_factory=list)  # Unix time of each SIGKILL
     db_back: list[tuple[float, bool]] = field(default_factory=list)  # the database answering again; crash?
+    db_back_at: list[float] = field(default_factory=list)  # the same, seconds since the soak started
     db_down_s: list[float] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)  # the daemon's own exits
     runs: list[DaemonRun] = field(default_factory=list)
@@ -311,6 +324,7 @@ class Soak:
         started = time.time()
         self.server.restart(crash=crash, down_seconds=self.args.db_down)
         self.chaos.db_back.append((time.time(), crash))
+        self.chaos.db_back_at.append(self.elapsed())
         self.chaos.db_down_s.append(time.time() - started)
 
     # -- watching
@@ -324,7 +338,9 @@ class Soak:
         rss, fds = proc_status(self.daemon.proc.pid)
         if not rss:
             return None
-        s = Sample(self.elapsed(), time.monotonic() - self.daemon_started, rss, fds)
+        ts = self.stored_ts()
+        behind = time.time() - tso_physical_ms(ts) / 1000 if ts else None
+        s = Sample(self.elapsed(), time.monotonic() - self.daemon_started, rss, fds, behind)
         self.chaos.samples.append(s)
         return s
 
@@ -371,8 +387,7 @@ class Soak:
         broker_rss, _ = proc_status(self.broker.process.pid if self.broker.process else None)
         db_rss, _ = proc_status(self.server.process.pid)
         w = read_windows(self.log_path)
-        ts = self.stored_ts()
-        lag = f"{time.time() - tso_physical_ms(ts) / 1000:,.1f} s" if ts else "-"
+        lag = f"{s.behind_s:,.1f} s" if s and s.behind_s is not None else "-"
         counts = self.checkpoint_counts()
         ckpt = ", ".join(f"{t} {n}" for t, n in counts.items()) if counts else "not readable"
         ready = http_text(f"http://127.0.0.1:{self.port}/readyz")[0]
@@ -398,6 +413,13 @@ class Soak:
         while producer.is_alive():
             now = self.elapsed()
             self.check_daemon()
+            if now >= next_report:  # first: a kill due now would leave a process just started
+                self.report()
+                next_report += a.report_every
+            elif now >= next_sample:
+                self.sample()
+            if now >= next_sample:
+                next_sample += a.sample_every
             if now >= next_kill:
                 self.kill_daemon()
                 next_kill += a.kill_every
@@ -405,13 +427,6 @@ class Soak:
                 self.restart_db(crash)
                 crash = not crash
                 next_db += a.db_restart_every
-            if now >= next_report:
-                self.report()
-                next_report += a.report_every
-            elif now >= next_sample:
-                self.sample()
-            if now >= next_sample:
-                next_sample += a.sample_every
             time.sleep(0.2)
 
     def drain(self, final_ts: int) -> bool:
@@ -441,6 +456,41 @@ def steady(samples: list[Sample], warmup_s: float, run_warmup_s: float) -> tuple
     start, end = kept[0].at, kept[-1].at
     quarter = (end - start) / 4
     return [s for s in kept if s.at <= start + quarter], [s for s in kept if s.at >= end - quarter]
+
+
+def stretches(
+    samples: list[Sample], cuts: list[float], warmup_s: float, settle_s: float
+) -> list[list[Sample]]:
+    """The samples between disruptions: a new stretch at each start of the daemon and at each of
+    ``cuts`` (seconds since the soak started); in each, only the samples ``settle_s`` or more after
+    its start and ``warmup_s`` or more into the soak."""
+    out: list[list[Sample]] = []
+    prev = None
+    for s in samples:
+        cut = max((c for c in cuts if c <= s.at), default=0.0)
+        if prev is None or s.up < prev.up or prev.at < cut:
+            out.append([])
+        if s.at - max(s.at - s.up, cut) >= settle_s and s.at >= warmup_s:
+            out[-1].append(s)
+        prev = s
+    return [x for x in out if len(x) >= 6]
+
+
+def stretch_growth_line(samples: list[Sample], cuts: list[float], warmup_s: float, settle_s: float) -> str:
+    """``RSS growth``: the largest and the median growth within a stretch (module doc, step 4)."""
+    growth = []
+    for part in stretches(samples, cuts, warmup_s, settle_s):
+        third = len(part) // 3
+        a = statistics.median(s.rss_kib for s in part[:third])
+        b = statistics.median(s.rss_kib for s in part[-third:])
+        growth.append((b - a) / a * 100)
+    if not growth:
+        return "RSS growth: too few samples between disruptions after the warm-up"
+    return (
+        f"RSS growth {max(growth):+.1f} % (the largest of {len(growth)} stretches without a kill or a "
+        f"database restart, last third against first, from {settle_s:g} s after each start; median "
+        f"{statistics.median(growth):+.1f} %)"
+    )
 
 
 def run_ends(samples: list[Sample]) -> list[float]:
@@ -569,7 +619,10 @@ def compare(conn: pymysql.connections.Connection, schema: str, gen: SoakGenerato
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    paced_stream_arguments(ap, rate=5000, seed=17)  # sbtest1's rows; the other tables' come on top
+    # sbtest1's rows (the other tables' come on top). linger.ms 50, not lag.py's 5: the embedded
+    # broker's memory storage spends time in proportion to the batches it holds on every fetch, and
+    # half an hour of 5 ms batches slowed it down enough to hold the daemon back (see the module doc).
+    paced_stream_arguments(ap, rate=5000, seed=17, linger_ms=50)
     ap.add_argument("--minutes", type=float, default=30, help="how long the producer produces")
     ap.add_argument("--kill-every", type=float, default=120, help="seconds between SIGKILLs (0: none)")
     ap.add_argument(
@@ -582,6 +635,9 @@ def main() -> int:
     ap.add_argument("--report-every", type=float, default=60, help="seconds between progress lines")
     ap.add_argument("--warmup-minutes", type=float, default=None, help="default: 5, or a third of --minutes")
     ap.add_argument("--run-warmup", type=float, default=30, help="seconds after each start left out")
+    ap.add_argument(
+        "--settle", type=float, default=30, help="RSS growth: seconds left out after a disruption"
+    )
     ap.add_argument("--buffer-pool", default="256M", help="the private database's InnoDB buffer pool")
     ap.add_argument("--drain-timeout", type=float, default=300)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (daemon log, database)")
@@ -646,8 +702,12 @@ def main() -> int:
         print(f"daemon     : {len(chaos.runs)} runs, the last exit {last.returncode}; log {soak.log_path}")
         if not caught_up:
             print(f"daemon     : did not commit the final resolved ts within {args.drain_timeout:g} s")
+        print(stretch_growth_line(chaos.samples, chaos.db_back_at, warmup * 60, args.settle))
         first, lastq = steady(chaos.samples, warmup * 60, args.run_warmup)
-        print(growth_line("RSS", [s.rss_kib for s in first], [s.rss_kib for s in lastq], "MiB", 1024))
+        print(
+            growth_line("RSS", [s.rss_kib for s in first], [s.rss_kib for s in lastq], "MiB", 1024)
+            + ", whole run: backlogs after kills and restarts included"
+        )
         print(growth_line("fds", [s.fds for s in first], [s.fds for s in lastq], "fds"))
         print(f"RSS at the end of each run (MiB): {' '.join(f'{r:,.0f}' for r in run_ends(chaos.samples))}")
         peaks = sorted(r.peak_kib / 1024 for r in chaos.runs if r.peak_kib)
