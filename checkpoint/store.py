@@ -15,10 +15,11 @@ Bounded on purpose: a daemon runs for months, and every DDL adds a row. Whatever
 the stored ``resolved_ts`` is already said by it (every row and every DDL at or below it counts as
 applied, in the daemon and in the catch-up alike), so :meth:`CheckpointStore.prune`, run in the
 transaction that records each DDL, forgets such rows: ``applied_ddl`` keeps the DDLs above the
-resolved ts and the newest ``DDL_HISTORY`` rows (for operators: ``applier status``), a DROP
-TABLE / DROP DATABASE removes its tables' ``table_checkpoint`` rows, and only the changefeed's
-current topic keeps ``partition_offset`` rows. A row above the resolved ts is never removed: it
-is what a restart needs (a DDL step leaves the resolved ts just below its DDL).
+resolved ts and the newest ``DDL_HISTORY`` rows (for operators: ``applier status``), and a DROP
+TABLE / DROP DATABASE removes its tables' ``table_checkpoint`` rows. A row above the resolved ts
+is never removed: it is what a restart needs (a DDL step leaves the resolved ts just below its
+DDL). ``partition_offset`` is left alone: a row per partition read, bounded by the topics'
+partitions (a changefeed may read several topics: every one of their rows is live).
 
 Monotonic on purpose: :meth:`CheckpointStore.write` never moves a value backwards (``GREATEST``
 in SQL). A replay after an ambiguous commit, or a late writer, can then only re-state progress,
@@ -440,20 +441,18 @@ class CheckpointStore:
 
         The rule: ``applied_ddl`` rows at or below the resolved ts, except the newest
         ``DDL_HISTORY``; with a DROP TABLE (DROP DATABASE) the ``table_checkpoint`` row of that
-        table (the schema's rows) at or below the resolved ts; ``partition_offset`` rows of
-        another topic than the changefeed's. Rows above the resolved ts stay, whatever their age:
-        a DDL step leaves the resolved ts at ``commit_ts - 1``, so its own record is one of them.
-        Cheap: a few statements on the changefeed's primary-key range, once per DDL.
+        table (the schema's rows) at or below the resolved ts. Rows above the resolved ts stay,
+        whatever their age: a DDL step leaves the resolved ts at ``commit_ts - 1``, so its own
+        record is one of them. ``partition_offset`` is never touched here. Cheap: a few
+        statements on the changefeed's primary-key range, once per DDL.
         """
         _check_ddl(**ddl)
         cf = self.changefeed
-        cur.execute(
-            f"SELECT `resolved_ts`, `topic` FROM {self._t('changefeed')} WHERE `changefeed` = %s", (cf,)
-        )
+        cur.execute(f"SELECT `resolved_ts` FROM {self._t('changefeed')} WHERE `changefeed` = %s", (cf,))
         row = cur.fetchone()
         if row is None:
             return
-        resolved, topic = int(row[0]), row[1]
+        resolved = int(row[0])
         cur.execute(
             f"SELECT `commit_ts` FROM {self._t('applied_ddl')} WHERE `changefeed` = %s "
             "ORDER BY `commit_ts` DESC LIMIT 1 OFFSET %s",
@@ -477,11 +476,6 @@ class CheckpointStore:
                 f"DELETE FROM {self._t('table_checkpoint')} WHERE `changefeed` = %s AND `schema_name` = %s "
                 "AND `checkpoint_ts` <= %s",
                 (cf, ddl["schema"], resolved),
-            )
-        if topic is not None:
-            cur.execute(
-                f"DELETE FROM {self._t('partition_offset')} WHERE `changefeed` = %s AND `topic` <> %s",
-                (cf, topic),
             )
 
     # -- the DDL journal (applier/apply/ddl.py) ------------------------------------------------
