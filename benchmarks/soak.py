@@ -18,14 +18,14 @@ What it does (issue 17, "Soak"):
    ADD INDEX``, ``DROP TABLE churn_{N-2}`` (three DDLs; the checkpoint tables must not grow with
    them, README.md "The checkpoint tables").
 3. Meanwhile: SIGKILLs the daemon every ``--kill-every`` seconds and starts it again at once;
-   restarts the database every ``--db-restart-every`` seconds, half a kill interval off the kills
-   (a crash, SIGKILL, and a clean shutdown in turn, down ``--db-down`` seconds); starts the
-   daemon again should it ever exit by itself (counted: there should be none). Every
-   ``--sample-every`` seconds it reads the daemon's ``VmRSS`` and its open file descriptors
-   (``/proc/PID/fd``); every ``--report-every`` seconds it prints a line: elapsed time, the daemon's
-   RSS and descriptors, the broker's and the database's RSS, the rows applied so far (the daemon's
-   ``window applied`` lines), the lag of the stored resolved ts, and the row count of each
-   checkpoint table for the changefeed.
+   restarts the database every ``--db-restart-every`` seconds, each time moved to the middle
+   between two kills (a crash, SIGKILL, and a clean shutdown in turn, down ``--db-down``
+   seconds); starts the daemon again should it ever exit by itself (counted: there should be
+   none). Every ``--sample-every`` seconds it reads the daemon's ``VmRSS`` and its open file
+   descriptors (``/proc/PID/fd``); every ``--report-every`` seconds it prints a line: elapsed
+   time, the daemon's RSS and descriptors, the broker's and the database's RSS, the rows applied
+   so far (the daemon's ``window applied`` lines), the lag of the stored resolved ts, and the
+   row count of each checkpoint table for the changefeed.
 4. Once the producer is done, waits until the final resolved ts is committed, stops the daemon
    (SIGTERM) and prints:
 
@@ -265,6 +265,18 @@ class Chaos:
     most: Counter = field(default_factory=Counter)  # checkpoint table -> most rows seen
 
 
+def db_restart_time(every: float, kill_every: float, n: int) -> float:
+    """When the ``n``-th database restart is due (seconds into the soak): about ``n * every``,
+    moved to the middle between two kills, so that a daemon is never started while the database
+    is down (at start-up an unreachable database stops it at once, by design: systemd restarts
+    it) and each restart lands in the life of a running daemon."""
+    if not every:
+        return float("inf")
+    if not kill_every:
+        return n * every
+    return (int(n * every // kill_every) + 0.5) * kill_every
+
+
 class Soak:
     """The daemon under the schedule of kills and database restarts (module doc, step 3)."""
 
@@ -406,8 +418,8 @@ class Soak:
         a = self.args
         self.t0 = time.monotonic()
         next_kill = a.kill_every or float("inf")
-        offset = a.kill_every / 2 if a.kill_every else 0.0
-        next_db = (a.db_restart_every + offset) if a.db_restart_every else float("inf")
+        restarts = 1  # the database restart due next
+        next_db = db_restart_time(a.db_restart_every, a.kill_every, restarts)
         next_sample, next_report = a.sample_every, a.report_every
         crash = True
         while producer.is_alive():
@@ -426,7 +438,8 @@ class Soak:
             if now >= next_db:
                 self.restart_db(crash)
                 crash = not crash
-                next_db += a.db_restart_every
+                restarts += 1
+                next_db = db_restart_time(a.db_restart_every, a.kill_every, restarts)
             time.sleep(0.2)
 
     def drain(self, final_ts: int) -> bool:
