@@ -3,6 +3,8 @@ database checks, and running the daemon as a child process with its peak RSS mea
 
 from __future__ import annotations
 
+import bisect
+import functools
 import os
 import random
 import struct
@@ -11,8 +13,10 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import zlib
-from collections.abc import Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -130,8 +134,7 @@ class Generator:
             yield p, k, v
 
     def _resolved(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
-        for p in range(self.partitions):
-            yield from self._flush(p)
+        yield from self._flush_all()
         key, value = self._frame([(f'{{"ts":{ts},"t":3}}'.encode(), b"")])
         self.stream.resolved_broadcasts += 1
         for p in range(self.partitions):
@@ -177,6 +180,28 @@ class Generator:
     def _resolved_due(self, transactions: int) -> bool:
         """Whether a resolved ts is broadcast after this many transactions."""
         return transactions % self.resolved_every == 0
+
+    # What else the stream holds: the hook of a generator that writes other tables or DDLs too.
+
+    def _after_transaction(self, ts: int, done: int) -> Iterator[tuple[int, bytes, bytes]]:
+        """Records after the rows of the transaction at ``ts`` (``done`` row events so far): more
+        rows of it (``_row``), or DDLs after it (``_flush_all`` first); returns the commit ts the
+        stream stands at then. Nothing here."""
+        yield from ()
+        return ts
+
+    def _row(self, p: int, key: bytes, value: bytes) -> Iterator[tuple[int, bytes, bytes]]:
+        """Add a row event to partition ``p``'s batch, sending the batch once full."""
+        batch = self.pending[p]
+        batch.append((key, value))
+        if len(batch) == BATCH_EVENTS:
+            yield from self._flush(p)
+
+    def _flush_all(self) -> Iterator[tuple[int, bytes, bytes]]:
+        """Send every partition's partial batch (before a DDL: TiCDC writes it after the rows
+        before it)."""
+        for p in range(self.partitions):
+            yield from self._flush(p)
 
     def records(self, events: int) -> Iterator[tuple[int, bytes, bytes]]:
         """(partition, key, value) of every record, in production order."""
@@ -250,6 +275,7 @@ class Generator:
                     yield from self._flush(p)
             done += size
             txns += 1
+            ts = yield from self._after_transaction(ts, done)
             if resolved_due(txns):
                 yield from self._resolved(ts)
         st.events = done
@@ -317,6 +343,134 @@ def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> Stream:
     gen.stream.produced = sent
     gen.stream.produce_s = time.perf_counter() - t0
     return gen.stream
+
+
+# -- a stream paced by the clock ----------------------------------------------------------------
+
+
+def paced_stream_arguments(ap, *, rate: float, seed: int, linger_ms: int = 5) -> None:
+    """The options of a paced stream (``PacedGenerator``, ``produce_paced``) on argument parser ``ap``."""
+    ap.add_argument("--rate", type=float, default=rate, help=f"row events per second (default {rate:,.0f})")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--resolved-interval", type=float, default=1.0, help="seconds between resolved ts")
+    ap.add_argument(
+        "--linger-ms", type=int, default=linger_ms, help=f"the producer's linger.ms ({linger_ms})"
+    )
+    ap.add_argument("--seed", type=int, default=seed)
+
+
+RESOLVED_KEY_END = b',"t":3}'  # how the key of a resolved event ends (rows: 1, DDLs: 2)
+
+
+def clock_tso(after: int) -> int:
+    """A TSO from the wall clock now, above ``after`` (the logical part counts within a millisecond)."""
+    return max(after + 1, int(time.time() * 1000) << 18)
+
+
+class PacedGenerator(Generator):
+    """The benchmark stream, its commit ts from the clock and paced to ``rate`` row events per
+    second, a resolved ts every ``interval`` seconds; ``wait(seconds)`` is called while ahead of
+    the schedule (it serves the producer's delivery callbacks meanwhile)."""
+
+    MIN_WAIT = 0.002
+
+    def __init__(
+        self,
+        schema: str,
+        partitions: int,
+        seed: int,
+        rate: float,
+        interval: float,
+        wait: Callable[[float], object],
+    ) -> None:
+        super().__init__(schema, partitions, seed, resolved_every=1)
+        self.rate, self.interval, self.wait = rate, interval, wait
+        self.t0 = 0.0
+        # per _next_ts call: the commit ts, and the row events before it (arrays: a soak makes millions)
+        self.stamp_ts = array("Q")
+        self.stamp_done = array("Q")
+        self.resolved: list[int] = []  # the ts of each resolved broadcast, in order
+        self.max_slip = 0.0  # how far behind its schedule the producer ever was, seconds
+        self._next_resolved = 0.0
+
+    def _first_ts(self) -> int:
+        self.t0 = time.time()
+        self._next_resolved = self.t0 + self.interval
+        return clock_tso(0)
+
+    def _next_ts(self, ts: int, done: int) -> int:
+        due = self.t0 + done / self.rate
+        while (now := time.time()) < due:
+            # At least 2 ms: the client counts whole milliseconds, and a shorter wait would spin a
+            # core that the daemon, the broker and the database share (a burst follows: harmless).
+            self.wait(max(due - now, self.MIN_WAIT))
+        self.max_slip = max(self.max_slip, now - due)
+        ts = clock_tso(ts)
+        self.stamp_ts.append(ts)
+        self.stamp_done.append(done)
+        return ts
+
+    def _resolved_due(self, transactions: int) -> bool:
+        now = time.time()
+        if now < self._next_resolved:
+            return False
+        while self._next_resolved <= now:
+            self._next_resolved += self.interval
+        return True
+
+    def _resolved(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
+        self.resolved.append(ts)
+        yield from super()._resolved(ts)
+
+    def transactions(self) -> Iterator[tuple[int, int]]:
+        """(commit ts, row events) of every transaction (a DDL: none): the stamps between the
+        CREATE TABLE's and the final resolved ts's."""
+        ts, done = self.stamp_ts, self.stamp_done
+        for i in range(1, len(ts) - 1):
+            yield ts[i], done[i + 1] - done[i]
+
+
+@dataclass
+class Produced:
+    handed: list[float]  # per resolved broadcast: when produce() of its last record returned
+    acked: list[float]  # per resolved broadcast: its last delivery callback
+    records: int
+    end: float  # when the last record was acknowledged
+
+
+def produce_paced(bootstrap: str, topic: str, gen: PacedGenerator, events: int, linger_ms: int) -> Produced:
+    """Produce the stream as the clock allows; the moments each resolved broadcast was handed over."""
+    producer = new_producer(bootstrap, linger_ms)
+    errors: list[str] = []
+    handed: list[float] = []
+    acked: list[float] = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    def on_resolved(i: int, err, _msg) -> None:
+        acked[i] = max(acked[i], time.time())
+        on_delivery(err, _msg)
+
+    sent = 0
+    gen.wait = producer.poll  # returns as soon as a delivery callback was served
+    for p, key, value in gen.records(events):
+        if key.endswith(RESOLVED_KEY_END):
+            i = len(gen.resolved) - 1
+            if i == len(handed):
+                handed.append(0.0)
+                acked.append(0.0)
+            send(producer, topic, p, key, value, functools.partial(on_resolved, i))
+            handed[i] = time.time()
+        else:
+            send(producer, topic, p, key, value, on_delivery)
+        sent += 1
+        if sent % 16 == 0:
+            producer.poll(0)
+    finish_producing(producer, errors)
+    gen.wait = time.sleep  # the producer is closed once this returns
+    return Produced(handed, acked, sent, time.time())
 
 
 # -- the database ------------------------------------------------------------------------------
@@ -478,8 +632,12 @@ class DaemonProcess:
     """``applier run`` started as a child process, its memory polled until ``wait()`` collects it
     (a benchmark that works while the daemon runs holds this; ``run_daemon`` just waits)."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        fd, self.log_path = tempfile.mkstemp(prefix="bench-applier-", suffix=".log")
+    def __init__(self, args: list[str], env: dict[str, str], log_path: str | None = None) -> None:
+        """``log_path``: the file the output is appended to (default: a new temporary file)."""
+        if log_path is None:
+            fd, self.log_path = tempfile.mkstemp(prefix="bench-applier-", suffix=".log")
+        else:
+            fd, self.log_path = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), log_path
         self.started_at = time.time()
         self._t0 = time.perf_counter()
         self.proc = subprocess.Popen(args, stdout=fd, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -491,6 +649,11 @@ class DaemonProcess:
             target=_poll_vmhwm, args=(self.proc.pid, self._stop, self._hwm, self._timeline), daemon=True
         )
         self._poller.start()
+
+    def running(self) -> bool:
+        """Whether the process has not exited yet; it is left for :meth:`wait` to collect (which
+        ``Popen.poll`` would not do)."""
+        return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
 
     def wait(self) -> DaemonRun:
         """Wait for the process to exit; its figures."""
@@ -548,3 +711,87 @@ def daemon_result(
     last = last_checkpoint_epoch(conn, ckpt_schema, group)
     seconds = (last - run.started_at) if last is not None else run.wall_s
     return seconds, checksum_sql(conn, schema)
+
+
+# -- what the daemon did ------------------------------------------------------------------------
+
+
+@dataclass
+class Windows:
+    """The daemon's committed row windows, in commit order (from its ``window applied`` lines)."""
+
+    target: list[int]  # the resolved ts each was applied up to
+    at: list[float]  # its commit, Unix seconds
+    rows: list[int]
+    seconds: list[float]  # apply thread: start of the window to after its commit
+    plan: list[float]  # building its SQL (before it started, often while the previous one applied)
+    failed: list[str]  # fatal log lines
+
+    def covering(self, ts: int) -> int | None:
+        """The first window that holds commit ts ``ts`` (None: none committed it)."""
+        j = bisect.bisect_left(self.target, ts)
+        return j if j < len(self.target) else None
+
+
+def read_windows(path: str) -> Windows:
+    w = Windows([], [], [], [], [], [])
+    for event, when, entry in log_entries(path):
+        if event == "window applied":
+            w.target.append(int(entry["resolved_ts"]))
+            w.at.append(when)
+            w.rows.append(int(entry["rows"]))
+            w.seconds.append(float(entry["seconds"]))
+            w.plan.append(float(entry.get("plan_s", 0)))
+        elif event.startswith("fatal"):
+            w.failed.append(event)
+    return w
+
+
+def pct(values: Sequence[float], q: float, weights: Sequence[int] | None = None) -> float:
+    """The ``q`` quantile (nearest rank) of ``values``, each counted ``weights[i]`` times."""
+    pairs = sorted(zip(values, weights or [1] * len(values), strict=True))
+    total = sum(n for _v, n in pairs)
+    need, seen = q * total, 0
+    for v, n in pairs:
+        seen += n
+        if seen >= need:
+            return v
+    return pairs[-1][0]
+
+
+def spread(values: Sequence[float], weights: Sequence[int] | None = None) -> str:
+    """``p50 ... ms, p95 ... ms, p99 ... ms, max ... ms`` of seconds."""
+    if not values:
+        return "no values"
+    parts = [f"p{round(q * 100)} {pct(values, q, weights) * 1000:,.0f} ms" for q in (0.5, 0.95, 0.99)]
+    return ", ".join([*parts, f"max {max(values) * 1000:,.0f} ms"])
+
+
+def http_text(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except OSError as exc:
+        return getattr(exc, "code", 0) or 0, ""
+
+
+def wait_for(check: Callable[[], bool], timeout: float, daemon: DaemonProcess, interval: float = 0.2) -> bool:
+    """Poll ``check`` until true (True), the timeout or the daemon's exit (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and daemon.running():
+        if check():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def committed_ts(conn: pymysql.connections.Connection, ckpt_schema: str, group: str) -> int:
+    with conn.cursor() as cur:
+        try:
+            cur.execute(
+                f"SELECT `resolved_ts` FROM `{ckpt_schema}`.`changefeed` WHERE `changefeed` = %s", (group,)
+            )
+        except pymysql.err.ProgrammingError:  # not created yet
+            return 0
+        row = cur.fetchone()
+    return int(row[0]) if row else 0

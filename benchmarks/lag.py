@@ -49,209 +49,37 @@ options go after ``--``:
 from __future__ import annotations
 
 import argparse
-import bisect
-import functools
 import os
 import signal
 import sys
 import time
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 import pymysql
 from _common import (
     DaemonProcess,
-    Generator,
+    PacedGenerator,
     checksum_expected,
     checksum_sql,
+    committed_ts,
     daemon_command,
     db_params,
-    finish_producing,
+    http_text,
     last_checkpoint_epoch,
-    log_entries,
     mariadb_pid,
-    new_producer,
+    paced_stream_arguments,
+    pct,
     process_cpu,
-    send,
+    produce_paced,
+    read_windows,
     settle_database,
+    spread,
+    wait_for,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
 from applier.codec.events import tso_physical_ms
 from applier.kafka.embedded_broker import EmbeddedBroker, create_topic, free_port, start_broker
-
-RESOLVED_KEY_END = b',"t":3}'  # how the key of a resolved event ends (rows: 1, DDLs: 2)
-
-
-def clock_tso(after: int) -> int:
-    """A TSO from the wall clock now, above ``after`` (the logical part counts within a millisecond)."""
-    return max(after + 1, int(time.time() * 1000) << 18)
-
-
-class PacedGenerator(Generator):
-    """The benchmark stream, its commit ts from the clock and paced to ``rate`` row events per
-    second, a resolved ts every ``interval`` seconds; ``wait(seconds)`` is called while ahead of
-    the schedule (it serves the producer's delivery callbacks meanwhile)."""
-
-    MIN_WAIT = 0.002
-
-    def __init__(
-        self,
-        schema: str,
-        partitions: int,
-        seed: int,
-        rate: float,
-        interval: float,
-        wait: Callable[[float], object],
-    ) -> None:
-        super().__init__(schema, partitions, seed, resolved_every=1)
-        self.rate, self.interval, self.wait = rate, interval, wait
-        self.t0 = 0.0
-        self.stamps: list[tuple[int, int]] = []  # (commit ts, row events before it) per _next_ts call
-        self.resolved: list[int] = []  # the ts of each resolved broadcast, in order
-        self.max_slip = 0.0  # how far behind its schedule the producer ever was, seconds
-        self._next_resolved = 0.0
-
-    def _first_ts(self) -> int:
-        self.t0 = time.time()
-        self._next_resolved = self.t0 + self.interval
-        return clock_tso(0)
-
-    def _next_ts(self, ts: int, done: int) -> int:
-        due = self.t0 + done / self.rate
-        while (now := time.time()) < due:
-            # At least 2 ms: the client counts whole milliseconds, and a shorter wait would spin a
-            # core that the daemon, the broker and the database share (a burst follows: harmless).
-            self.wait(max(due - now, self.MIN_WAIT))
-        self.max_slip = max(self.max_slip, now - due)
-        ts = clock_tso(ts)
-        self.stamps.append((ts, done))
-        return ts
-
-    def _resolved_due(self, transactions: int) -> bool:
-        now = time.time()
-        if now < self._next_resolved:
-            return False
-        while self._next_resolved <= now:
-            self._next_resolved += self.interval
-        return True
-
-    def _resolved(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
-        self.resolved.append(ts)
-        yield from super()._resolved(ts)
-
-    def transactions(self) -> list[tuple[int, int]]:
-        """(commit ts, row events) of every transaction: the stamps between the CREATE TABLE's and
-        the final resolved ts's."""
-        s = self.stamps
-        return [(s[i][0], s[i + 1][1] - s[i][1]) for i in range(1, len(s) - 1)]
-
-
-@dataclass
-class Produced:
-    handed: list[float]  # per resolved broadcast: when produce() of its last record returned
-    acked: list[float]  # per resolved broadcast: its last delivery callback
-    records: int
-    end: float  # when the last record was acknowledged
-
-
-def produce_paced(bootstrap: str, topic: str, gen: PacedGenerator, events: int, linger_ms: int) -> Produced:
-    """Produce the stream as the clock allows; the moments each resolved broadcast was handed over."""
-    producer = new_producer(bootstrap, linger_ms)
-    errors: list[str] = []
-    handed: list[float] = []
-    acked: list[float] = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    def on_resolved(i: int, err, _msg) -> None:
-        acked[i] = max(acked[i], time.time())
-        on_delivery(err, _msg)
-
-    sent = 0
-    gen.wait = producer.poll  # returns as soon as a delivery callback was served
-    for p, key, value in gen.records(events):
-        if key.endswith(RESOLVED_KEY_END):
-            i = len(gen.resolved) - 1
-            if i == len(handed):
-                handed.append(0.0)
-                acked.append(0.0)
-            send(producer, topic, p, key, value, functools.partial(on_resolved, i))
-            handed[i] = time.time()
-        else:
-            send(producer, topic, p, key, value, on_delivery)
-        sent += 1
-        if sent % 16 == 0:
-            producer.poll(0)
-    finish_producing(producer, errors)
-    gen.wait = time.sleep  # the producer is closed once this returns
-    return Produced(handed, acked, sent, time.time())
-
-
-# -- what the daemon did ------------------------------------------------------------------------
-
-
-@dataclass
-class Windows:
-    """The daemon's committed row windows, in commit order (from its ``window applied`` lines)."""
-
-    target: list[int]  # the resolved ts each was applied up to
-    at: list[float]  # its commit, Unix seconds
-    rows: list[int]
-    seconds: list[float]  # apply thread: start of the window to after its commit
-    plan: list[float]  # building its SQL (before it started, often while the previous one applied)
-    failed: list[str]  # fatal log lines
-
-    def covering(self, ts: int) -> int | None:
-        """The first window that holds commit ts ``ts`` (None: none committed it)."""
-        j = bisect.bisect_left(self.target, ts)
-        return j if j < len(self.target) else None
-
-
-def read_log(path: str) -> Windows:
-    w = Windows([], [], [], [], [], [])
-    for event, when, entry in log_entries(path):
-        if event == "window applied":
-            w.target.append(int(entry["resolved_ts"]))
-            w.at.append(when)
-            w.rows.append(int(entry["rows"]))
-            w.seconds.append(float(entry["seconds"]))
-            w.plan.append(float(entry.get("plan_s", 0)))
-        elif event.startswith("fatal"):
-            w.failed.append(event)
-    return w
-
-
-def pct(values: Sequence[float], q: float, weights: Sequence[int] | None = None) -> float:
-    """The ``q`` quantile (nearest rank) of ``values``, each counted ``weights[i]`` times."""
-    pairs = sorted(zip(values, weights or [1] * len(values), strict=True))
-    total = sum(n for _v, n in pairs)
-    need, seen = q * total, 0
-    for v, n in pairs:
-        seen += n
-        if seen >= need:
-            return v
-    return pairs[-1][0]
-
-
-def spread(values: Sequence[float], weights: Sequence[int] | None = None) -> str:
-    """``p50 ... ms, p95 ... ms, p99 ... ms, max ... ms`` of seconds."""
-    if not values:
-        return "no values"
-    parts = [f"p{round(q * 100)} {pct(values, q, weights) * 1000:,.0f} ms" for q in (0.5, 0.95, 0.99)]
-    return ", ".join([*parts, f"max {max(values) * 1000:,.0f} ms"])
-
-
-def http_text(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except OSError as exc:
-        return getattr(exc, "code", 0) or 0, ""
 
 
 def histogram_line(text: str, name: str) -> str:
@@ -278,39 +106,13 @@ def histogram_line(text: str, name: str) -> str:
     )
 
 
-def wait_for(check: Callable[[], bool], timeout: float, daemon: DaemonProcess, interval: float = 0.2) -> bool:
-    """Poll ``check`` until true (True), the timeout or the daemon's exit (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and daemon.proc.poll() is None:
-        if check():
-            return True
-        time.sleep(interval)
-    return False
-
-
-def committed_ts(conn: pymysql.connections.Connection, ckpt_schema: str, group: str) -> int:
-    with conn.cursor() as cur:
-        try:
-            cur.execute(
-                f"SELECT `resolved_ts` FROM `{ckpt_schema}`.`changefeed` WHERE `changefeed` = %s", (group,)
-            )
-        except pymysql.err.ProgrammingError:  # not created yet
-            return 0
-        row = cur.fetchone()
-    return int(row[0]) if row else 0
-
-
 # -- main ----------------------------------------------------------------------------------------
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rate", type=float, default=10_000, help="row events per second (default 10K)")
+    paced_stream_arguments(ap, rate=10_000, seed=7)
     ap.add_argument("--seconds", type=float, default=60, help="how long the producer produces")
-    ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--resolved-interval", type=float, default=1.0, help="seconds between resolved ts")
-    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms")
-    ap.add_argument("--seed", type=int, default=7)
     ap.add_argument(
         "--downstream", default=os.environ.get("APPLIER_DOWNSTREAM", "mysql://root@127.0.0.1:3306/")
     )
@@ -356,7 +158,7 @@ def main() -> int:
         )
         prod = produce_paced(broker.bootstrap, topic, gen, events, args.linger_ms)
         st = gen.stream
-        txns = gen.transactions()
+        txns = list(gen.transactions())
         last_row_at = tso_physical_ms(txns[-1][0]) / 1000
         produced_s = last_row_at - gen.t0
         final_ts = gen.resolved[-1]
@@ -372,7 +174,7 @@ def main() -> int:
             lambda: committed_ts(admin, ckpt_schema, group) >= final_ts, args.drain_timeout, daemon
         )
         metrics = http_text(base + "/metrics")[1]
-        if daemon.proc.poll() is None:
+        if daemon.running():
             daemon.proc.send_signal(signal.SIGTERM)
         run = daemon.wait()
         daemon = None
@@ -381,7 +183,7 @@ def main() -> int:
             process_cpu(db_pid) - cpu_before[1],
             time.process_time() - cpu_before[2],
         )
-        w = read_log(run.log_path)
+        w = read_windows(run.log_path)
         print(
             f"daemon     : exit {run.returncode}; log {run.log_path}"
             + (f"; {w.failed[0]}" if w.failed else "")

@@ -11,6 +11,16 @@ What is stored (see ``schema.py`` for the layout):
   transactional: it is recorded in the transaction that moves the checkpoint past it, and a
   replayed DDL is recognised instead of being run twice.
 
+Bounded on purpose: a daemon runs for months, and every DDL adds a row. Whatever is at or below
+the stored ``resolved_ts`` is already said by it (every row and every DDL at or below it counts as
+applied, in the daemon and in the catch-up alike), so :meth:`CheckpointStore.prune`, run in the
+transaction that records each DDL, forgets such rows: ``applied_ddl`` keeps the DDLs above the
+resolved ts and the newest ``DDL_HISTORY`` rows (for operators: ``applier status``), and a DROP
+TABLE / DROP DATABASE removes its tables' ``table_checkpoint`` rows. A row above the resolved ts
+is never removed: it is what a restart needs (a DDL step leaves the resolved ts just below its
+DDL). ``partition_offset`` is left alone: a row per partition read, bounded by the topics'
+partitions (a changefeed may read several topics: every one of their rows is live).
+
 Monotonic on purpose: :meth:`CheckpointStore.write` never moves a value backwards (``GREATEST``
 in SQL). A replay after an ambiguous commit, or a late writer, can then only re-state progress,
 never erase it. Rewinding is an operator action: :meth:`CheckpointStore.reset`.
@@ -56,6 +66,12 @@ script, so the multi-row upserts are cut by size as well as by rows: 64 KiB stay
 ``max_allowed_packet`` a server runs with (the applier's own data statements are sized to the
 server's value, see ``sqlgen.dml``)."""
 _ROW_TEMPLATE_BYTES: Final = 48  # "(%s, %s, %s, %s, %s, UTC_TIMESTAMP(6)), " less its placeholders
+
+DDL_HISTORY: Final = 100
+"""How many ``applied_ddl`` rows :meth:`CheckpointStore.prune` keeps at least, newest first, once
+the resolved ts has passed them: no restart needs them, an operator may (``applier status``)."""
+
+_DROP_SCHEMA, _DROP_TABLE = 2, 4  # DDL type codes (docs/open-protocol.md §8)
 
 
 class FencedOut(FatalError, RuntimeError):
@@ -425,6 +441,50 @@ class CheckpointStore:
             "ON DUPLICATE KEY UPDATE `query_digest` = `query_digest`",
             self._ddl_row(ddl),
         )
+
+    def prune(self, cur: pymysql.cursors.Cursor, **ddl: Unpack[DDLFields]) -> None:
+        """Forget the rows the stored resolved ts makes redundant, in the caller's transaction:
+        call it in the one that records ``ddl`` (the only kind that adds rows for good), after
+        its checkpoint is written.
+
+        The rule: ``applied_ddl`` rows at or below the resolved ts, except the newest
+        ``DDL_HISTORY``; with a DROP TABLE (DROP DATABASE) the ``table_checkpoint`` row of that
+        table (the schema's rows) at or below the resolved ts. Rows above the resolved ts stay,
+        whatever their age: a DDL step leaves the resolved ts at ``commit_ts - 1``, so its own
+        record is one of them. ``partition_offset`` is never touched here. Cheap: a few
+        statements on the changefeed's primary-key range, once per DDL.
+        """
+        _check_ddl(**ddl)
+        cf = self.changefeed
+        cur.execute(f"SELECT `resolved_ts` FROM {self._t('changefeed')} WHERE `changefeed` = %s", (cf,))
+        row = cur.fetchone()
+        if row is None:
+            return
+        resolved = int(row[0])
+        cur.execute(
+            f"SELECT `commit_ts` FROM {self._t('applied_ddl')} WHERE `changefeed` = %s "
+            "ORDER BY `commit_ts` DESC LIMIT 1 OFFSET %s",
+            (cf, DDL_HISTORY - 1),
+        )
+        oldest_kept = cur.fetchone()
+        if oldest_kept is not None:
+            cur.execute(
+                f"DELETE FROM {self._t('applied_ddl')} WHERE `changefeed` = %s AND `commit_ts` < %s "
+                "AND `commit_ts` <= %s",
+                (cf, int(oldest_kept[0]), resolved),
+            )
+        if ddl["ddl_type"] == _DROP_TABLE and ddl["table"]:
+            cur.execute(
+                f"DELETE FROM {self._t('table_checkpoint')} WHERE `changefeed` = %s AND `schema_name` = %s "
+                "AND `table_name` = %s AND `checkpoint_ts` <= %s",
+                (cf, ddl["schema"], ddl["table"], resolved),
+            )
+        elif ddl["ddl_type"] == _DROP_SCHEMA:
+            cur.execute(
+                f"DELETE FROM {self._t('table_checkpoint')} WHERE `changefeed` = %s AND `schema_name` = %s "
+                "AND `checkpoint_ts` <= %s",
+                (cf, ddl["schema"], resolved),
+            )
 
     # -- the DDL journal (applier/apply/ddl.py) ------------------------------------------------
 

@@ -12,8 +12,9 @@ the rows back. So a DDL goes through a journal, and the downstream's catalogue d
    ``ddl_journal`` row of the changefeed, in a committed transaction fenced by the owner token.
 2. **DDL**: on the session that holds the single-active lock, right after checking that it still
    holds it (:meth:`ActiveLock.run_fenced`): a stale instance cannot run a DDL.
-3. **Record**: ``applied_ddl``, the checkpoint the caller writes, and the journal row removed, in
-   one transaction. Only then does the caller apply rows after the DDL.
+3. **Record**: ``applied_ddl``, the checkpoint the caller writes, the rows that checkpoint makes
+   redundant pruned (:meth:`CheckpointStore.prune`), and the journal row removed, in one
+   transaction. Only then does the caller apply rows after the DDL.
 
 After a crash (or a lost connection) between 1 and 3, :meth:`DDLExecutor.settle` compares the
 journaled fingerprint with the catalogue now. Nothing else changes these schemas' catalogue
@@ -154,6 +155,7 @@ class DDLExecutor:
             self._store.fence(cur, self._owner)
             if changes:
                 self._record(cur, entry)
+                self._store.prune(cur, **ddl_fields(entry))
             self._store.end_ddl(cur)
         conn.commit()
         self.log.warning(
@@ -269,6 +271,7 @@ class DDLExecutor:
             with conn.cursor() as cur:
                 self._record(cur, ddl)
                 bookkeeping(cur)
+                self._store.prune(cur, **ddl_fields(ddl))  # after the checkpoint: it reads its resolved ts
                 self._store.end_ddl(cur)
             conn.commit()
         except BaseException:

@@ -116,7 +116,7 @@ def render_text(report: dict[str, Any], out: TextIO) -> None:
                 f"  {p['partition']:>9}  {p['next_offset']:>12}  {p['resolved_ts']:>20}  "
                 f"{p['resolved_time'] or '-':<24}  {_lag(p['lag_seconds'])}{mark}\n"
             )
-    w(f"\nDDLs applied:    {report['applied_ddls']}\n")
+    w(f"\nDDLs recorded:   {report['applied_ddls']} (older than the newest 100 are pruned)\n")
     last = report.get("last_ddl")
     if last:
         query = " ".join(str(last["query"]).split())

@@ -42,7 +42,7 @@ from applier.apply.startup import load_checkpoint, prepare_downstream, run_start
 from applier.apply.window_applier import PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
 from applier.codec.events import Event
-from applier.downstream.lock import ActiveLock, LockWait
+from applier.downstream.lock import ActiveLock, LockSuspended, LockWait
 from applier.downstream.retry import RetryLog
 from applier.downstream.watch import StatementWatch
 from applier.errors import EXIT_FATAL, EXIT_OK, FatalError, InputError
@@ -528,7 +528,10 @@ class Daemon:
         assert reader is not None and barrier is not None and self.watch is not None
         now = time.monotonic()
         if now >= self._next_lock_check:
-            self.lock.ensure_held(check=True)  # type: ignore[union-attr]
+            # Suspended (the server restarts): the reading goes on, the commits wait for the lock
+            # to be taken again (the apply thread replays until then); lost: stop.
+            with contextlib.suppress(LockSuspended):
+                self.lock.ensure_held(check=True)  # type: ignore[union-attr]
             self._next_lock_check = now + self.LOCK_CHECK_SECONDS
         self.watch.add_new(now)  # paced by the reader: one metadata request every 30 s (1 s: several topics)
         if self.watch.several:

@@ -9,6 +9,10 @@ move rows backwards. The lock is a MySQL/MariaDB user-level lock (``GET_LOCK``) 
   ``KILL``, network loss noticed by the server), so a standby that keeps asking gets it within
   about one poll after that; a holder whose lock session died only on its own side ends that
   session itself and takes the lock again (:meth:`ActiveLock.is_held`);
+* a holder whose lock session died with the server (a restart) cannot ask anyone whether the
+  lock is free: it is *suspended* (no commit, no DDL: :class:`LockSuspended`, a transient error
+  the callers replay) and takes the lock again every poll until the server answers. Then it
+  either has the lock again, or finds another session holding it and has lost it for good;
 * it is not on the apply session because the apply session is closed and reopened by the retry
   logic, which would drop the lock and let a standby in mid-failover.
 
@@ -39,13 +43,13 @@ from typing import Final
 
 import pymysql
 
-from applier.downstream.errors import is_connection_loss, is_transient
+from applier.downstream.errors import DownstreamUnreachable, is_connection_loss, is_transient
 from applier.downstream.session import SessionRef, close_quietly, connect, end_session, session_ref
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from applier.ops.logs import get_logger
 
-__all__ = ["ActiveLock", "LockLost", "LockWait", "lock_name"]
+__all__ = ["ActiveLock", "LockLost", "LockSuspended", "LockWait", "lock_name"]
 
 LOCK_PREFIX: Final = "ticdc_applier:"
 MAX_LOCK_NAME: Final = 64  # MySQL 5.7+ rejects longer user-level lock names
@@ -56,6 +60,13 @@ _log = get_logger(component="lock")
 
 class LockLost(FatalError, RuntimeError):
     """The single-active lock is gone: stop applying, another instance may already be active."""
+
+
+class LockSuspended(DownstreamUnreachable):
+    """The lock's session died and the server does not answer (it restarts): nothing may commit
+    until the lock is taken again, which the heartbeat tries every poll. Transient, as the server
+    being away is (``is_transient``): the caller replays its unit of work, and either the lock is
+    back by then or it was lost for good (:class:`LockLost`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +141,7 @@ class ActiveLock:
         self._mutex = threading.Lock()  # PyMySQL connections are not thread-safe
         self._held = False
         self._lost = threading.Event()
+        self._suspended = threading.Event()  # the session died, the server did not answer since
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.owner_token = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
@@ -217,36 +229,59 @@ class ActiveLock:
         """Ask the server whether our lock session still holds the lock (one round trip).
 
         When the lock session failed (a network blip, a killed session), the lock is re-taken at
-        once if it is free, on a new session; otherwise it is lost for good. Re-taking is safe
-        because the lock is only the first line: every checkpoint write is fenced by the owner
-        token (``CheckpointStore.claim``), so an instance that took over in between makes our next
-        commit fail with ``FencedOut``.
+        once if it is free, on a new session; when another session holds it, it is lost for good;
+        when the server does not answer, it is suspended (False, asked again at the next call).
+        Re-taking is safe because the lock is only the first line: every checkpoint write is
+        fenced by the owner token (``CheckpointStore.claim``), so an instance that took over in
+        between makes our next commit fail with ``FencedOut``.
         """
         if not self._held or self._lost.is_set():
             return False
         error: BaseException | None = None
         try:
             with self._mutex:
-                if self._conn is None:
+                if self._conn is None or self._suspended.is_set():
                     holds = False
                 else:
                     holds = self._query_one("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.name,)) == 1
         except Exception as exc:
             error = exc
             holds = False
-        if not holds:
-            holds = self._retake()
-            _log.warning(
-                "single-active lock session failed" + ("; lock re-taken" if holds else "; lock lost"),
-                lock=self.name,
-                error=repr(error) if error is not None else "the lock is held by another session",
+        if holds:
+            return True
+        if error is None:
+            error_text = (
+                "the server did not answer"
+                if self._suspended.is_set()
+                else "the lock is held by another session"
             )
-        if not holds:
+        else:
+            error_text = repr(error)
+        retaken = self._retake()
+        if retaken is None:  # the server does not answer: ask again at the next poll
+            if not self._suspended.is_set():
+                self._suspended.set()
+                _log.warning(
+                    "single-active lock session failed and the server does not answer: nothing "
+                    "commits until the lock is re-taken",
+                    lock=self.name,
+                    error=error_text,
+                )
+            return False
+        self._suspended.clear()
+        _log.warning(
+            "single-active lock session failed" + ("; lock re-taken" if retaken else "; lock lost"),
+            lock=self.name,
+            error=error_text,
+        )
+        if not retaken:
             self._mark_lost()
-        return holds
+        return retaken
 
-    def _retake(self) -> bool:
-        """Open a new lock session and take the lock if nobody holds it now (no waiting).
+    def _retake(self) -> bool | None:
+        """Open a new lock session and take the lock if nobody holds it now (no waiting): True
+        when taken, False when another session holds it (or a permanent error), None when the
+        server could not be asked (a transient error: it is away).
 
         When the holder is our own previous lock session (its socket died on our side, a cut or
         stalled network path, but the server still keeps it, and the lock with it, until its
@@ -256,8 +291,12 @@ class ActiveLock:
         with self._mutex:
             return self._retake_locked()
 
-    def _retake_locked(self) -> bool:
+    def _retake_locked(self) -> bool | None:
         """:meth:`_retake` for a caller that already holds the mutex."""
+        if self._conn is not None:  # another thread may have taken it again meanwhile
+            with contextlib.suppress(Exception):
+                if self._query_one("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.name,)) == 1:
+                    return True
         previous = self._session
         try:
             self._open()
@@ -270,8 +309,10 @@ class ActiveLock:
             if not end_session(self._conn, previous):
                 return False
             return self._query_one("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
-        except Exception:
-            return False
+        except Exception as exc:
+            close_quietly(self._conn)
+            self._conn = None
+            return None if is_transient(exc) else False
 
     def run_fenced(
         self,
@@ -293,8 +334,10 @@ class ActiveLock:
         the lock is re-taken; a lost session whose lock cannot be re-taken raises :class:`LockLost`.
         """
         with self._mutex:
-            if self._conn is None or not self._held or self._lost.is_set():
+            if not self._held or self._lost.is_set():
                 raise LockLost(f"the single-active lock {self.name!r} is not held: not running a DDL")
+            if self._conn is None or self._suspended.is_set():
+                raise self._suspended_error("not running a DDL")
             conn = self._conn
             checked = False
             try:
@@ -320,13 +363,19 @@ class ActiveLock:
                 raise
             except pymysql.err.MySQLError as exc:
                 if isinstance(exc, pymysql.err.InterfaceError) or not conn.open or is_connection_loss(exc):
-                    if self._retake_locked():
+                    retaken = self._retake_locked()
+                    if retaken or retaken is None:
                         # Our session died on our side only: it is ended on the server (a DDL it
-                        # was running with it) and the lock is ours again on a new session. The
-                        # lost connection propagates as the transient error it is: the caller
-                        # replays, and a DDL that was sent is settled from the journal.
+                        # was running with it) and the lock is ours again on a new session; or
+                        # the server went away with it, and the lock is taken again once it is
+                        # back (suspended meanwhile). The lost connection propagates as the
+                        # transient error it is: the caller replays, and a DDL that was sent is
+                        # settled from the journal.
+                        if retaken is None:
+                            self._suspended.set()
                         _log.warning(
-                            "single-active lock session failed during a DDL; lock re-taken",
+                            "single-active lock session failed during a DDL; "
+                            + ("lock re-taken" if retaken else "the server does not answer"),
                             lock=self.name,
                             error=repr(exc),
                         )
@@ -351,11 +400,24 @@ class ActiveLock:
         close_quietly(self._conn)
         self._conn = None
 
+    def _suspended_error(self, what: str) -> LockSuspended:
+        return LockSuspended(
+            f"the session holding the single-active lock {self.name!r} is gone and the server does not "
+            f"answer: {what} until the lock is taken again"
+        )
+
     def ensure_held(self, *, check: bool = False) -> None:
-        """Raise :class:`LockLost` unless the lock is held. ``check=False`` trusts the heartbeat
-        (no round trip, call it freely); ``check=True`` asks the server now (call before commit)."""
-        held = self.is_held() if check else (self._held and not self._lost.is_set())
+        """Raise :class:`LockLost` unless the lock is held, :class:`LockSuspended` (transient)
+        while it is suspended. ``check=False`` trusts the heartbeat (no round trip, call it
+        freely); ``check=True`` asks the server now (call before commit)."""
+        held = (
+            self.is_held()
+            if check
+            else (self._held and not self._lost.is_set() and not self._suspended.is_set())
+        )
         if not held:
+            if self._held and self._suspended.is_set() and not self._lost.is_set():
+                raise self._suspended_error("not committing")
             raise LockLost(
                 f"the single-active lock {self.name!r} is no longer held "
                 "(its session ended); stop applying, another instance may be active"
@@ -376,8 +438,8 @@ class ActiveLock:
         self._thread.start()
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._heartbeat):
-            if not self.is_held():
+        while not self._stop.wait(self._poll if self._suspended.is_set() else self._heartbeat):
+            if not self.is_held() and not self._suspended.is_set():
                 return
 
     def release(self) -> None:

@@ -52,4 +52,8 @@ def configure(fmt: str = "console", level: str = "info", stream: Any = None) -> 
 
 
 def get_logger(**bind: Any) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger("applier").bind(**bind)
+    """A logger with ``bind`` in every line, which follows :func:`configure` whenever it was made:
+    a lazy proxy that reads the configuration at each call. (Binding the proxy at once would fix
+    the configuration in force then: a module-level logger, made at import, would print the
+    console format under ``--log-format json``.)"""
+    return structlog.get_logger("applier", **bind)

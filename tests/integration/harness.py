@@ -215,6 +215,29 @@ def wait_for_output(proc: subprocess.Popen, needle: str, timeout: float) -> str:
     raise AssertionError(f"{needle!r} not seen within {timeout}s; output so far:\n{read_log(proc)}")
 
 
+def kill_loop(
+    feed: Changefeed, log_path: str, rng: random.Random, *, runs: int, delay: tuple[float, float]
+) -> list[int]:
+    """Start the daemon ``runs`` times (output to ``log_path``), each SIGKILLed ``delay`` seconds
+    (uniform) after its "started" line; the stored resolved ts after each kill.
+
+    Timed from the "started" line, not from the process start: interpreter start-up varies with
+    the machine's load, and the first windows need the whole backlog's head decoded across every
+    partition (about a second) before the barrier can release them."""
+    progress: list[int] = []
+    for kills in range(runs):
+        proc = feed.start(log_path=log_path)
+        started = time.monotonic()
+        while read_log(proc).count("[info     ] started") <= kills and time.monotonic() - started < 30:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(*delay))
+        if proc.poll() is not None:
+            break  # finished early: cannot happen without --exit-when-caught-up, but stay safe
+        stop(proc, signal.SIGKILL)
+        progress.append(feed.checkpoint()[0])
+    return progress
+
+
 def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     if proc.poll() is None:
         proc.send_signal(sig)

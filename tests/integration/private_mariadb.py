@@ -12,6 +12,9 @@ free loopback port (about two seconds to start; stop them with :meth:`PrivateMar
   ``root`` without password over TCP too, so ``PrivateMariaDB.url`` works as a downstream URL.
   Options that shape the datadir (``innodb_data_file_path``, undo tablespaces) go to the install
   as well (``install=``).
+
+:meth:`PrivateMariaDB.restart` stops a server (a crash or a clean shutdown) and starts it again on
+the same datadir and port: what ``benchmarks/soak.py`` does to its downstream every ten minutes.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class PrivateMariaDB:
     base: Path
     port: int
     process: subprocess.Popen
+    command: list[str]  # the server's command line, for restarts
 
     @property
     def socket(self) -> str:
@@ -113,6 +117,19 @@ class PrivateMariaDB:
     def stop(self) -> None:
         stop_process(self.process, timeout=30)
         shutil.rmtree(self.base, ignore_errors=True)
+
+    def restart(self, *, crash: bool, down_seconds: float = 0.0) -> None:
+        """Stop the server, SIGKILLed with ``crash`` (InnoDB recovers when it starts again) or shut
+        down cleanly; after ``down_seconds``, start it on the same datadir and port and wait until
+        it answers. Sessions open at the stop are gone, as after any server restart."""
+        if crash:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        else:
+            stop_process(self.process, timeout=60)
+        time.sleep(down_seconds)
+        self.process = _spawn(self.command)
+        _wait_ready(self)
 
 
 def _binary(name: str, *fallbacks: str) -> str:
@@ -172,26 +189,34 @@ def _start(base: Path, server_options: list[str], install_options: tuple[str, ..
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            mariadbd, "--no-defaults", f"--datadir={datadir}", *as_root,
-            f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}",
-            f"--pid-file={base / 'mysqld.pid'}", f"--log-error={base / 'error.log'}",
-            *server_options,
-            "--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--max-connections=50",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    server = PrivateMariaDB(base, port, proc)
-    deadline = time.monotonic() + 60
+    command = [
+        mariadbd, "--no-defaults", f"--datadir={datadir}", *as_root,
+        f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}",
+        f"--pid-file={base / 'mysqld.pid'}", f"--log-error={base / 'error.log'}",
+        "--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--max-connections=50",
+        *server_options,  # last: the caller's options win over the defaults above
+    ]  # fmt: skip
+    server = PrivateMariaDB(base, port, _spawn(command), command)
+    try:
+        _wait_ready(server)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _spawn(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_ready(server: PrivateMariaDB, timeout: float = 120) -> None:
+    """Wait until the server answers (InnoDB's crash recovery included); fail when it exits."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
             server.root().close()
-            return server
+            return
         except pymysql.err.OperationalError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = server.log()
-                server.stop()
-                raise AssertionError(f"private MariaDB did not start:\n{log[-3000:]}") from None
+            if server.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"private MariaDB did not start:\n{server.log()[-3000:]}") from None
             time.sleep(0.2)

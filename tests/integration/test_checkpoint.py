@@ -13,6 +13,7 @@ import pytest
 
 from applier.downstream.session import connect
 from applier.downstream.url import DownstreamConfig, parse_downstream_url
+from applier.stream.progress import CheckpointState, SharedProgress
 from checkpoint import (
     SCHEMA_VERSION,
     Checkpoint,
@@ -300,6 +301,87 @@ def test_record_and_recognise_ddls(conn, store: CheckpointStore) -> None:
             (ddl_digest(q1),),
         )
         assert cur.fetchall() == (("s😀", 5, q1),)
+    conn.commit()
+
+
+# -- pruning ---------------------------------------------------------------------------------------
+
+
+def _record(store: CheckpointStore, conn, ts: int, *, prune: bool, ddl_type: int = 5, schema: str = "s",
+            table: str = "t") -> None:  # fmt: skip
+    ddl = {"commit_ts": ts, "schema": schema, "table": table, "ddl_type": ddl_type, "query": f"DDL {ts}"}
+    with conn.cursor() as cur:
+        store.record_ddl(cur, **ddl)
+        if prune:
+            store.prune(cur, **ddl)
+    conn.commit()
+
+
+def _answers(ckpt: Checkpoint, ddl_ts: range, tables: list[tuple[str, str]]) -> tuple[list, list]:
+    """What a restart from ``ckpt`` takes for applied (each DDL of ``ddl_ts``) and each table's
+    floor: the questions the daemon asks (``SharedProgress``), answered from the loaded rows."""
+    progress = SharedProgress(
+        CheckpointState(
+            applied_ts=ckpt.resolved_ts, table_ts=ckpt.tables, applied_ddls=frozenset(ckpt.applied_ddls)
+        )
+    )
+    return (
+        [progress.is_ddl_applied((ts, ddl_digest(f"DDL {ts}"))) for ts in ddl_ts],
+        [ckpt.table_ts(*t) for t in tables],
+    )
+
+
+def test_prune_keeps_the_ddls_above_the_resolved_ts_and_the_newest_history(
+    conn, store: CheckpointStore
+) -> None:
+    other = CheckpointStore(store.schema, "group-2")
+    write(other, conn, resolved_ts=1000)
+    for ts in range(1, 11):
+        _record(other, conn, ts, prune=False)
+    write(store, conn, resolved_ts=40)
+    for ts in range(1, 151):
+        _record(store, conn, ts, prune=False)
+    everything = range(1, 160)
+    assert _answers(store.load(conn), everything, [])[0] == [ts <= 150 for ts in everything]
+    _record(store, conn, 151, prune=True)  # a DDL step: the resolved ts stays below its DDL
+    ckpt = store.load(conn)
+    # 1-40 are at or below the resolved ts and older than the newest 100: gone. The DDLs above it
+    # stay whatever their number (41-151: 111 rows), and so does the record of the DDL in flight.
+    assert sorted(ts for ts, _ in ckpt.applied_ddls) == list(range(41, 152))
+    assert _answers(ckpt, everything, [])[0] == [ts <= 151 for ts in everything]
+    write(store, conn, resolved_ts=500)
+    _record(store, conn, 501, prune=True)
+    ckpt = store.load(conn)
+    assert sorted(ts for ts, _ in ckpt.applied_ddls) == [*range(53, 152), 501]  # the newest 100
+    assert all(_answers(ckpt, range(1, 501), [])[0])
+    assert len(other.load(conn).applied_ddls) == 10  # another changefeed's rows are its own
+
+
+def test_prune_on_a_drop_forgets_only_table_rows_the_resolved_ts_covers(conn, store: CheckpointStore) -> None:
+    tables = {("s", "gone"): 90, ("s", "kept"): 100, ("s2", "x"): 80, ("s2", "ahead"): 200, ("s3", "y"): 10}
+    write(store, conn, resolved_ts=100, tables=tables)
+    names = sorted(tables)
+    before = _answers(store.load(conn), range(0), names)
+    _record(store, conn, 101, prune=True, ddl_type=4, schema="s", table="gone")  # DROP TABLE
+    assert set(store.load(conn).tables) == set(tables) - {("s", "gone")}
+    _record(store, conn, 102, prune=True, ddl_type=2, schema="s2", table="")  # DROP DATABASE
+    ckpt = store.load(conn)
+    # s2.ahead is above the resolved ts (a floor a catch-up left): it stays.
+    assert set(ckpt.tables) == {("s", "kept"), ("s2", "ahead"), ("s3", "y")}
+    assert _answers(ckpt, range(0), names) == before
+
+
+def test_prune_leaves_every_topics_offsets(conn, store: CheckpointStore) -> None:
+    """A changefeed may read several topics: every topic's offset rows are live, whatever the
+    changefeed row's topic says."""
+    write(store, conn, topic="old", offsets={0: 100, 1: 200})
+    write(store, conn, topic="new", resolved_ts=10, offsets={0: 5})
+    _record(store, conn, 11, prune=True)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT topic, partition_id, next_offset FROM `{store.schema}`.partition_offset ORDER BY 1, 2"
+        )
+        assert cur.fetchall() == (("new", 0, 5), ("old", 0, 100), ("old", 1, 200))
     conn.commit()
 
 

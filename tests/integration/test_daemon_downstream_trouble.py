@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,6 +34,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from applier.downstream.errors import is_transient
+from applier.downstream.lock import ActiveLock, LockLost, LockSuspended
+from applier.downstream.url import parse_downstream_url
 from applier.kafka.embedded_broker import create_topic
 from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.simulator.producer import produce_records
@@ -254,6 +258,93 @@ def test_a_read_only_server_at_start_and_under_a_ddl_is_waited_out(server: Priva
         _global(server, "read_only", 0)
         feed.drop()
     assert proc.returncode == 0, read_log(proc)
+
+
+def _restart_in_background(server: PrivateMariaDB, *, crash: bool, down: float) -> threading.Thread:
+    t = threading.Thread(target=server.restart, kwargs={"crash": crash, "down_seconds": down}, daemon=True)
+    t.start()
+    return t
+
+
+def _lock(server: PrivateMariaDB, changefeed: str, poll: float) -> ActiveLock:
+    cfg = parse_downstream_url(f"mysql://{USER}:{PASSWORD}@127.0.0.1:{server.port}/", env={})
+    return ActiveLock(cfg, schema="ckpt", changefeed=changefeed, poll=poll, heartbeat=0.2, idle_timeout=5)
+
+
+def test_the_lock_is_suspended_while_the_server_restarts_then_taken_again(server: PrivateMariaDB) -> None:
+    """The lock's session dies with the server: while it is down nothing may commit (a transient
+    error, the caller replays), and the lock is taken again once it is back. A standby that gets
+    it first keeps it: the suspended holder has then lost it for good."""
+    lock = _lock(server, f"cf-{uuid.uuid4().hex[:8]}", poll=0.5)
+    try:
+        assert lock.acquire(timeout=10)
+        first = lock.connection_id
+        restart = _restart_in_background(server, crash=True, down=2)
+        with pytest.raises(LockSuspended) as raised:
+            wait_until(lambda: lock.ensure_held() is not None, 5, "the lock to be suspended")
+        assert is_transient(raised.value) and not lock.lost
+        with pytest.raises(LockSuspended):
+            lock.run_fenced(["SELECT 1"])
+        restart.join(120)
+        wait_until(lambda: lock.is_held() or None, 10, "the lock taken again")
+        lock.ensure_held()
+        conn = server.root()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT IS_USED_LOCK(%s)", (lock.name,))
+                assert cur.fetchone()[0] == lock.connection_id != first
+        finally:
+            conn.close()
+    finally:
+        lock.release()
+
+    name = f"cf-{uuid.uuid4().hex[:8]}"
+    slow, standby = _lock(server, name, poll=8), _lock(server, name, poll=0.5)
+    try:
+        assert slow.acquire(timeout=10)
+        restart = _restart_in_background(server, crash=False, down=1)
+        wait_until(lambda: slow._suspended.is_set() or None, 5, "the lock to be suspended")
+        assert standby.acquire(timeout=60)  # it asks every 0.5 s; the suspended holder every 8 s
+        restart.join(120)
+        wait_until(lambda: slow.lost or None, 15, "the suspended holder to find the lock taken")
+        with pytest.raises(LockLost):
+            slow.ensure_held()
+        standby.ensure_held(check=True)
+    finally:
+        standby.release()
+        slow.release()
+
+
+RETAKEN = "single-active lock session failed; lock re-taken"
+SUSPENDED = (
+    "single-active lock session failed and the server does not answer: nothing commits until the lock "
+    "is re-taken"
+)
+
+
+def _count(proc, event: str) -> int:
+    return sum(1 for line in _lines(proc) if line.get("event") == event)
+
+
+def test_database_restarts_mid_stream_are_ridden_out(feed: Changefeed, server: PrivateMariaDB) -> None:
+    """The server crashes (SIGKILL) and later shuts down cleanly while windows and a DDL arrive:
+    the daemon never exits, its lock is suspended and taken again each time, and the stream
+    converges exactly (benchmarks/soak.py does this every ten minutes for half an hour)."""
+    sim, rest, proc, _base = _start_mid_stream(feed, seed=23, mode="all-classic")
+    try:
+        produce_records(feed.bootstrap, feed.topic, rest)
+        for n, crash in enumerate((True, False), 1):
+            # Down longer than the lock's heartbeat (5 s): the lock session is found dead while
+            # the server does not answer.
+            server.restart(crash=crash, down_seconds=6)
+            wait_until(lambda n=n: _count(proc, RETAKEN) >= n, 60, "the lock taken again", proc)
+            assert proc.poll() is None, "the daemon exited on a database restart:\n" + read_log(proc)
+        assert _count(proc, SUSPENDED) == 2
+        _converge(feed, proc, sim)
+    finally:
+        stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0, read_log(proc)
+    assert not any(line.get("level") == "error" and "fatal" in line.get("event", "") for line in _lines(proc))
 
 
 def test_a_window_too_large_for_the_binlog_cache_stops_with_the_setting_to_raise(

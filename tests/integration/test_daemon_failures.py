@@ -9,7 +9,7 @@ import time
 import pytest
 
 from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, produce_simulation, simulate
-from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.harness import Changefeed, kill_loop, stop, wait_for_output
 
 pytestmark = pytest.mark.integration
 
@@ -30,24 +30,8 @@ def test_kill_loop_converges(feed: Changefeed, tmp_path, mode: str) -> None:
     sim = _produced_for_small_transactions(
         feed, 5, seed=21, partitions=4, transactions=3000, **PRODUCER_MODES[mode]
     )
-    rng = random.Random(7)
-    log = str(tmp_path / "daemon.log")
-    kills = 0
-    progress = []
-    for _ in range(12):
-        proc = feed.start(log_path=log)
-        # Timed from the "started" line, not from the process start: interpreter start-up varies
-        # with the machine's load, and the first windows need the whole backlog's head decoded
-        # across every partition (about a second here) before the barrier can release them.
-        started = time.monotonic()
-        while read_log(proc).count("[info     ] started") <= kills and time.monotonic() - started < 30:
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.2, 2.4))
-        if proc.poll() is not None:
-            break  # finished early: cannot happen without --exit-when-caught-up, but stay safe
-        stop(proc, signal.SIGKILL)
-        kills += 1
-        progress.append(feed.checkpoint()[0])
+    progress = kill_loop(feed, str(tmp_path / "daemon.log"), random.Random(7), runs=12, delay=(0.2, 2.4))
+    kills = len(progress)
     assert kills >= 10
     assert progress[-1] > 0, "the daemon never committed between the kills"
     done = feed.run_to_end()
