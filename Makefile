@@ -47,7 +47,7 @@ lint: $(BIN)/.installed-test
 	$(BIN)/ruff check applier sqlgen checkpoint tests benchmarks
 
 test: $(BIN)/.installed-test tools services lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 bench: $(BIN)/.installed-test services
 	$(BIN)/python benchmarks/decode.py

@@ -58,6 +58,27 @@ def readyz(base: str) -> tuple[int, str]:
     return status, json.loads(body).get("status", "")
 
 
+def resolved_bounds(records, parts: int) -> list[int]:
+    """Cut ``records`` into ``parts`` runs of about equal length, each ending where R moves.
+
+    R, the global resolved ts of a prefix, is the lowest of the partitions' latest resolved events.
+    Each cut is placed right after a record that raised it, so every part moves R on: the test can
+    then tell the part produced after a restart applied from the part before it.
+    """
+    latest = dict.fromkeys(range(PARTITIONS), 0)
+    moves: list[int] = []  # prefix lengths after which R is higher than one record before
+    for n, rec in enumerate(records, start=1):
+        before = min(latest.values())
+        for ev in rec.events:
+            if ev.kind == "resolved":
+                latest[rec.partition] = max(latest[rec.partition], ev.commit_ts)
+        if min(latest.values()) > before:
+            moves.append(n)
+    assert len(moves) >= parts, f"the stream moves R only {len(moves)} times, fewer than {parts} parts"
+    cuts = [moves[len(moves) * k // parts - 1] for k in range(1, parts)]
+    return [0, *cuts, len(records)]
+
+
 def test_five_broker_restarts_lose_and_duplicate_nothing(
     durable_broker: EmbeddedBroker, downstream_url: str, mariadb_params: dict
 ) -> None:
@@ -70,8 +91,7 @@ def test_five_broker_restarts_lose_and_duplicate_nothing(
         )
         # Part 0 before the daemon starts; for each outage one part right before it (in flight when
         # the broker goes away) and one right after it (only the restarted broker can deliver it).
-        parts = 2 * len(OUTAGES) + 1
-        bounds = [len(sim.records) * k // parts for k in range(parts + 1)]
+        bounds = resolved_bounds(sim.records, 2 * len(OUTAGES) + 1)
 
         def produce_part(k: int) -> int:
             """Produce part ``k``; returns the global resolved ts of the stream up to its end."""
