@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from applier.catchup.rows import Places, position
@@ -111,6 +111,25 @@ def plan_epochs(lower: int, upper: int, ddls: list[DDLEvent]) -> list[Epoch]:
         prev = max(prev, target)
     epochs.append(Epoch(len(epochs) + 1, prev, max(prev, upper), None))
     return epochs
+
+
+def plan_window(
+    controls: Sequence[Control],
+    partitions: Iterable[int],
+    lower: int,
+    *,
+    drained: Mapping[int, int] | None = None,
+    until: int | None = None,
+    applied: Iterable[DDLKey] = (),
+) -> tuple[int, list[Epoch]]:
+    """R and the epochs of the window ``(lower, R]``: the module docstring's rules in their order.
+
+    No epochs when R is below ``lower`` (the backlog does not reach the window's start yet).
+    """
+    r = global_resolved(partition_resolved(controls, partitions, lower, drained), until)
+    if r < lower:
+        return r, []
+    return r, plan_epochs(lower, r, ddls_to_run(controls, lower, r, applied))
 
 
 def epoch_of(epochs: list[Epoch], ts: int) -> Epoch | None:

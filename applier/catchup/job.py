@@ -36,14 +36,7 @@ import pymysql
 from applier.apply.ddl import DDLExecutor
 from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
-from applier.catchup.epochs import (
-    Epoch,
-    ddls_to_run,
-    epoch_of,
-    global_resolved,
-    partition_resolved,
-    plan_epochs,
-)
+from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
 from applier.catchup.replay import SKELETON_COLUMNS, Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
@@ -299,16 +292,21 @@ class CatchupJob:
                 for schema, table in sorted(skeleton.filtered_tables):
                     self.tables.note_skipped(schema, table)
             progress.records_read = s.records
-            resolved = partition_resolved(skeleton.controls, partitions, lower, plan.drained)
-            r = global_resolved(resolved, self.until)
+            r, epochs = plan_window(
+                skeleton.controls,
+                partitions,
+                lower,
+                drained=plan.drained,
+                until=self.until,
+                applied=ckpt.applied_ddls,
+            )
             if r < lower:
                 raise CatchupError(
                     f"the backlog read only reaches resolved ts {r}, below the window's start {lower}: "
                     "the topic does not hold the changes up to --from-ts yet (or --until is below it)"
                 )
             s.resolved_ts = r
-            ddls = ddls_to_run(skeleton.controls, lower, r, ckpt.applied_ddls)
-            epochs = plan_epochs(lower, r, ddls)
+            ddls = [e.ddl for e in epochs if e.ddl is not None]  # in the order they run
             s.epochs = len(epochs)
             if decoded is not None and spec.collapse_upto is not None and len(epochs) > 1:
                 decoded = self._uncollapse_if_needed(decoded, spec, ranges, epochs)

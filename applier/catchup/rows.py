@@ -58,15 +58,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from applier.codec.events import (
-    FLAG_HANDLE_KEY,
-    DDLEvent,
-    LargeMessageEvent,
-    Position,
-    ResolvedEvent,
-    RowEvent,
-    RowKind,
-)
+import applier.codec.events as codec_events
+from applier.codec.events import Position, RowEvent, RowKind
 from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.stream.window import is_keyless
 
@@ -130,7 +123,7 @@ def load_images(blob: bytes) -> tuple[Row | None, Row | None, int | None]:
 
 def handle_key(row: Row) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     """(names, values) of the handle-key columns of an image, in image order."""
-    names = tuple(n for n, c in row.items() if c["f"] & FLAG_HANDLE_KEY)
+    names = tuple(codec_events.handle_key_names(row))
     return names, tuple(row[n]["v"] for n in names)
 
 
@@ -229,17 +222,17 @@ class BatchBuilder:
                     raise ValueError(f"commit ts {ev.commit_ts} at partition {partition} offset {offset}")
                 rows.append((i, ev, not is_keyless(ev)))
                 replayed.append(obs is not None and ev.commit_ts <= obs)
-            elif isinstance(ev, ResolvedEvent):
+            elif isinstance(ev, codec_events.ResolvedEvent):
                 if obs is None or ev.ts > obs:
                     obs = ev.ts
                 self._append(RESOLVED, partition, offset, i, min(ev.ts, _MAX_TS))
-            elif isinstance(ev, DDLEvent):
+            elif isinstance(ev, codec_events.DDLEvent):
                 # No resolved ts implied: rows of tables the DDL does not block may still follow
                 # with a smaller ts (docs/open-protocol.md §5.4).
                 self._segment += 1  # never collapse across a DDL record (see module docstring)
                 self._append(DDL, partition, offset, i, ev.commit_ts, ev.schema, ev.table,
                              ddl_q=ev.query, ddl_t=ev.ddl_type)  # fmt: skip
-            elif isinstance(ev, LargeMessageEvent):
+            elif isinstance(ev, codec_events.LargeMessageEvent):
                 raise LargeMessageNotConfigured(ev)
             else:  # pragma: no cover - the decoder returns nothing else
                 raise TypeError(f"not a decoded event: {type(ev).__name__}")
