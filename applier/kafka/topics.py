@@ -86,11 +86,6 @@ class TopicSet:
         """The one plain topic, when the set is just that (the classic one-topic changefeed)."""
         return self.names[0] if len(self.names) == 1 and not self.patterns else None
 
-    @property
-    def fixed(self) -> bool:
-        """No pattern: the set is known in advance (its topics may still be created later)."""
-        return not self.patterns
-
     def describe(self) -> str:
         """The set as one string: the topic itself for one topic, else the sorted items joined by
         commas. Stored in the checkpoint as the changefeed's topic, and parsed back by ``parse``."""

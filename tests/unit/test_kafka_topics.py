@@ -16,12 +16,12 @@ def test_a_set_is_described_sorted_and_parsed_back() -> None:
     topics = TopicSet.parse(["cdc", "/cdc_.*/", "b,a", "a"])
     assert topics.describe() == "a,b,cdc,/cdc_.*/"
     assert TopicSet.parse(topics.describe()) == topics
-    assert topics.single is None and not topics.fixed
+    assert topics.single is None and topics.patterns
 
 
 def test_one_plain_topic_is_single_and_described_as_itself() -> None:
     topics = TopicSet.parse("orders")
-    assert topics.single == "orders" and topics.describe() == "orders" and topics.fixed
+    assert topics.single == "orders" and topics.describe() == "orders" and not topics.patterns
 
 
 def test_patterns_match_whole_names() -> None:
