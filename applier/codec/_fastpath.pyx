@@ -116,6 +116,10 @@ cdef unsigned char STRCLASS[256]
 # The standard base64 alphabet (binascii's table); 0xFF: not in it.
 cdef unsigned char B64[256]
 cdef signed char HEX[256]
+# Single-letter escapes -> the byte they stand for (0: not one): JSON's, and the ones of Go's
+# strconv.Quote that values.go_unquote decodes (\a \b \f \n \r \t \v \\ \" \').
+cdef unsigned char JSON_ESCAPE[256]
+cdef unsigned char GO_ESCAPE[256]
 
 
 cdef void _init_tables():
@@ -126,61 +130,57 @@ cdef void _init_tables():
         STRCLASS[i] = 3 if i < 0x20 else 4 if i >= 0x80 else 0
         B64[i] = 0xFF
         HEX[i] = -1
+        JSON_ESCAPE[i] = 0
+        GO_ESCAPE[i] = 0
     STRCLASS[0x22] = 1
     STRCLASS[0x5C] = 2
     for i in range(64):
         B64[alphabet[i]] = i
     for i in range(22):
         HEX[digits[i]] = i if i < 16 else i - 6
+    for letter, byte in zip(b'"\\/bfnrt', b'"\\/\b\f\n\r\t'):
+        JSON_ESCAPE[letter] = byte
+    for letter, byte in zip(b'abfnrtv\\"\'', b'\a\b\f\n\r\t\v\\"\''):
+        GO_ESCAPE[letter] = byte
 
 
 _init_tables()
 
 # --- the events, built slot by slot ----------------------------------------------------------------
 
-cdef Py_ssize_t POS_TOPIC, POS_PARTITION, POS_OFFSET, POS_INDEX
-cdef Py_ssize_t EV_TS, EV_SCHEMA, EV_TABLE, EV_KIND, EV_NEW, EV_OLD, EV_PTN, EV_POS, EV_RID
+# The offset of each field's slot, in field order (the order of the names below).
+cdef Py_ssize_t POS_SLOT[4]
+cdef Py_ssize_t EV_SLOT[9]
+cdef enum:
+    P_TOPIC, P_PARTITION, P_OFFSET, P_INDEX
+cdef enum:
+    E_TS, E_SCHEMA, E_TABLE, E_KIND, E_NEW, E_OLD, E_PTN, E_POS, E_RID
 
 
-def _check_layout(cls, names):
+cdef int _slots(cls, tuple names, Py_ssize_t* offsets) except -1:
     """Building an event slot by slot is the same as calling its class only while the class is a
     slotted dataclass of exactly these fields whose __init__ does nothing else: should events.py
     change that, importing the decoder fails instead of building incomplete events."""
+    cdef PyMemberDef* member
     if (
         tuple(field.name for field in dataclasses.fields(cls)) != names
         or getattr(cls, "__slots__", None) != names
         or hasattr(cls, "__post_init__")
     ):
         raise RuntimeError(f"{cls.__name__} changed: update the decoder's fast path, applier/codec/_fastpath.pyx")
-
-
-cdef Py_ssize_t _slot(cls, str name) except -1:
-    descr = cls.__dict__.get(name)
-    if type(descr) is not types.MemberDescriptorType:
-        raise RuntimeError(f"{cls.__name__}.{name} is not a slot: update applier/codec/_fastpath.pyx")
-    cdef PyMemberDef* member = (<PyMemberDescrObject*>descr).d_member
-    if member.type != T_OBJECT_EX:
+    for i, name in enumerate(names):
+        descr = cls.__dict__[name]
+        if type(descr) is types.MemberDescriptorType:
+            member = (<PyMemberDescrObject*>descr).d_member
+            if member.type == T_OBJECT_EX:
+                offsets[i] = member.offset
+                continue
         raise RuntimeError(f"{cls.__name__}.{name} is not an object slot: update applier/codec/_fastpath.pyx")
-    return member.offset
+    return 0
 
 
-_check_layout(Position, ("topic", "partition", "offset", "index"))
-_check_layout(
-    RowEvent, ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos", "row_id")
-)
-POS_TOPIC = _slot(Position, "topic")
-POS_PARTITION = _slot(Position, "partition")
-POS_OFFSET = _slot(Position, "offset")
-POS_INDEX = _slot(Position, "index")
-EV_TS = _slot(RowEvent, "commit_ts")
-EV_SCHEMA = _slot(RowEvent, "schema")
-EV_TABLE = _slot(RowEvent, "table")
-EV_KIND = _slot(RowEvent, "kind")
-EV_NEW = _slot(RowEvent, "new")
-EV_OLD = _slot(RowEvent, "old")
-EV_PTN = _slot(RowEvent, "partition_id")
-EV_POS = _slot(RowEvent, "pos")
-EV_RID = _slot(RowEvent, "row_id")
+_slots(Position, ("topic", "partition", "offset", "index"), POS_SLOT)
+_slots(RowEvent, ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos", "row_id"), EV_SLOT)
 
 cdef object INSERT = RowKind.INSERT
 cdef object UPDATE = RowKind.UPDATE
@@ -203,10 +203,10 @@ cdef inline object _alloc(object cls):
 
 cdef inline object _position(object topic, object partition, object offset, Py_ssize_t index):
     cdef object pos = _alloc(POSITION)
-    _put(<PyObject*>pos, POS_TOPIC, topic)
-    _put(<PyObject*>pos, POS_PARTITION, partition)
-    _put(<PyObject*>pos, POS_OFFSET, offset)
-    _put(<PyObject*>pos, POS_INDEX, PyLong_FromSsize_t(index))
+    _put(<PyObject*>pos, POS_SLOT[P_TOPIC], topic)
+    _put(<PyObject*>pos, POS_SLOT[P_PARTITION], partition)
+    _put(<PyObject*>pos, POS_SLOT[P_OFFSET], offset)
+    _put(<PyObject*>pos, POS_SLOT[P_INDEX], PyLong_FromSsize_t(index))
     return pos
 
 
@@ -339,18 +339,8 @@ cdef Py_ssize_t _unescape(const Span* span, unsigned char* out, bint* ascii) exc
             raise SLOW
         c = p[1]
         p += 2
-        if c == 0x22 or c == 0x5C or c == 0x2F:  # \" \\ \/
-            out[n] = c
-        elif c == 0x62:
-            out[n] = 0x08
-        elif c == 0x66:
-            out[n] = 0x0C
-        elif c == 0x6E:
-            out[n] = 0x0A
-        elif c == 0x72:
-            out[n] = 0x0D
-        elif c == 0x74:
-            out[n] = 0x09
+        if JSON_ESCAPE[c]:
+            out[n] = JSON_ESCAPE[c]
         elif c == 0x75:  # \uXXXX
             if end - p < 4:
                 raise SLOW
@@ -443,22 +433,8 @@ cdef object _go_unquote(const Span* span):
                 raise SLOW  # a trailing backslash
             c = buf[i + 1]
             i += 2
-            if c == 0x61:
-                buf[o] = 0x07
-            elif c == 0x62:
-                buf[o] = 0x08
-            elif c == 0x66:
-                buf[o] = 0x0C
-            elif c == 0x6E:
-                buf[o] = 0x0A
-            elif c == 0x72:
-                buf[o] = 0x0D
-            elif c == 0x74:
-                buf[o] = 0x09
-            elif c == 0x76:
-                buf[o] = 0x0B
-            elif c == 0x5C or c == 0x22 or c == 0x27:  # \\ \" \'
-                buf[o] = c
+            if GO_ESCAPE[c]:
+                buf[o] = GO_ESCAPE[c]
             elif c == 0x78:  # \xNN: one byte
                 if n - i < 2 or HEX[buf[i]] < 0 or HEX[buf[i + 1]] < 0:
                     raise SLOW
@@ -970,15 +946,15 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
             old = fill_old(old, new)
     pos = _position(topic, partition, offset, index)
     event = _alloc(ROW_EVENT)
-    _put(<PyObject*>event, EV_TS, PyLong_FromUnsignedLongLong(ts))
-    _put(<PyObject*>event, EV_SCHEMA, scm)
-    _put(<PyObject*>event, EV_TABLE, tbl)
-    _put(<PyObject*>event, EV_KIND, row_kind)
-    _put(<PyObject*>event, EV_NEW, new)
-    _put(<PyObject*>event, EV_OLD, old)
-    _put(<PyObject*>event, EV_PTN, ptn)
-    _put(<PyObject*>event, EV_POS, pos)
-    _put(<PyObject*>event, EV_RID, rid)
+    _put(<PyObject*>event, EV_SLOT[E_TS], PyLong_FromUnsignedLongLong(ts))
+    _put(<PyObject*>event, EV_SLOT[E_SCHEMA], scm)
+    _put(<PyObject*>event, EV_SLOT[E_TABLE], tbl)
+    _put(<PyObject*>event, EV_SLOT[E_KIND], row_kind)
+    _put(<PyObject*>event, EV_SLOT[E_NEW], new)
+    _put(<PyObject*>event, EV_SLOT[E_OLD], old)
+    _put(<PyObject*>event, EV_SLOT[E_PTN], ptn)
+    _put(<PyObject*>event, EV_SLOT[E_POS], pos)
+    _put(<PyObject*>event, EV_SLOT[E_RID], rid)
     return event
 
 

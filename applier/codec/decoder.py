@@ -68,8 +68,8 @@ try:
 except ImportError as _e:  # one clear line instead of a slow decoder nobody asked for
     raise ImportError(
         f"the decoder's compiled fast path (applier/codec/_fastpath.pyx) cannot be imported ({_e}): "
-        "rebuild it by reinstalling the package, e.g. `pip install -e .` in the checkout "
-        "(needs a C compiler and the Python headers)"
+        "rebuild it with `pip install -e .` in the checkout, or in place only with Cython installed: "
+        "`python setup.py build_ext --inplace` (either needs a C compiler and the Python headers)"
     ) from _e
 
 __all__ = ["DEFAULT_OPTIONS", "DecoderOptions", "decode_record"]

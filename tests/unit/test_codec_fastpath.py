@@ -1,10 +1,11 @@
-"""decode_record's fast path against the careful path it falls back to (decoder.py).
+"""decode_record's fast path (applier/codec/_fastpath.pyx) against the careful path it falls back to
+(decoder.py).
 
 decode_record tries every event with a fast path written for what current producers send and, at
 the first thing it does not expect, decodes the event again with the careful path. The fast path
 must therefore never accept what the careful path rejects, nor produce anything else than it:
-these tests feed both the same records, ordinary and hostile, and require the same events (same
-types, same dict order) or the same MalformedRecordError (reason, index, excerpt).
+these tests feed both the same records, ordinary and hostile, in any key order, and require the
+same events (same types, same dict order) or the same MalformedRecordError (reason, index, excerpt).
 """
 
 from __future__ import annotations
