@@ -17,9 +17,9 @@ problem. So this code never produces an error message; it must only never accept
 path rejects, nor produce anything else than it (tests/unit/test_codec_fastpath.py feeds both the
 same records). Each rule below names the careful-path behaviour it mirrors.
 
-Events are built without calling ``__init__`` (decoder.py checks at import that the event classes
-are plain slotted dataclasses, for which that is the same object), by writing their slots at the
-offsets Python itself uses for them.
+Events are built without calling ``__init__``, by writing their slots at the offsets Python itself
+uses for them: for a plain slotted dataclass that is the same object, and importing this module
+checks that the event classes still are.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -34,7 +34,6 @@ from cpython.unicode cimport (
     PyUnicode_AsUTF8AndSize,
     PyUnicode_DATA,
     PyUnicode_DecodeUTF8,
-    PyUnicode_GET_LENGTH,
     PyUnicode_New,
 )
 from libc.math cimport isinf
@@ -44,7 +43,7 @@ from libc.string cimport memcmp, memcpy, memset
 import dataclasses
 import types
 
-from applier.codec.events import Position, ResolvedEvent, RowEvent, RowKind
+from applier.codec.events import FLAG_BINARY, FLAG_HANDLE_KEY, Position, ResolvedEvent, RowEvent, RowKind
 from applier.codec.values import (
     BLOB_CODES,
     DECIMAL,
@@ -93,9 +92,10 @@ cdef enum:
 cdef unsigned char GROUP[256]
 
 
-cdef void _set_groups(codes, unsigned char group):
+cdef int _set_groups(codes, unsigned char group) except -1:
     for code in codes:
-        GROUP[<int>code] = group
+        GROUP[<unsigned char>code] = group
+    return 0
 
 
 _set_groups(INT_CODES, G_INT)
@@ -106,9 +106,8 @@ _set_groups(BLOB_CODES, G_BLOB)
 _set_groups((DECIMAL,), G_DECIMAL)
 _set_groups((NULL_CODE,), G_NULL)
 
-cdef enum:
-    FLAG_BINARY = 0x01  # events.FLAG_BINARY
-    FLAG_HANDLE_KEY = 0x02  # events.FLAG_HANDLE_KEY
+cdef uint64_t BINARY = FLAG_BINARY
+cdef uint64_t HANDLE_KEY = FLAG_HANDLE_KEY
 
 # Bytes inside a JSON string: 0 plain, 1 the closing quote, 2 a backslash, 3 a control character
 # (invalid JSON), 4 part of a multi-byte UTF-8 character.
@@ -122,7 +121,7 @@ cdef unsigned char JSON_ESCAPE[256]
 cdef unsigned char GO_ESCAPE[256]
 
 
-cdef void _init_tables():
+cdef int _init_tables() except -1:
     cdef int i
     cdef const unsigned char* alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
     cdef const unsigned char* digits = b"0123456789abcdefABCDEF"
@@ -142,6 +141,7 @@ cdef void _init_tables():
         JSON_ESCAPE[letter] = byte
     for letter, byte in zip(b'abfnrtv\\"\'', b'\a\b\f\n\r\t\v\\"\''):
         GO_ESCAPE[letter] = byte
+    return 0
 
 
 _init_tables()
@@ -772,14 +772,14 @@ cdef object _column(Cursor* c):
     elif group == G_TEXT:
         value = _string(&span)
     elif group == G_STRING:
-        value = _go_unquote(&span) if f.magnitude & FLAG_BINARY else _string(&span)
+        value = _go_unquote(&span) if f.magnitude & BINARY else _string(&span)
     elif group == G_BLOB:
-        value = _blob(&span, f.magnitude & FLAG_BINARY)
+        value = _blob(&span, f.magnitude & BINARY)
     elif group == G_DECIMAL:
         value = _decimal(&span)
     else:
         raise SLOW  # the NULL type with a value, unknown codes
-    flags = PyLong_FromUnsignedLongLong(f.magnitude | FLAG_HANDLE_KEY if handle else f.magnitude)
+    flags = PyLong_FromUnsignedLongLong(f.magnitude | HANDLE_KEY if handle else f.magnitude)
     col = PyDict_New()
     for i in range(3):
         key = order[i]
