@@ -24,7 +24,7 @@ checks that the event classes still are.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_Contains, PyDict_New, PyDict_SetItem, PyDict_Size
+from cpython.dict cimport PyDict_Contains, PyDict_Copy, PyDict_New, PyDict_SetItem, PyDict_Size
 from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromSsize_t, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -76,6 +76,7 @@ class _Slow(Exception):
 
 
 cdef object SLOW = _Slow()
+cdef dict COLUMN = {"t": None, "f": None, "v": None}
 
 # --- what a column's type code asks of its value (values.py's code lists) ------------------------
 
@@ -219,7 +220,9 @@ cdef enum:
     CACHE_SIZE = 2048  # a power of two
     CACHE_MAX_LEN = 64
 
-cdef list _cache = [None] * CACHE_SIZE
+cdef list _cache = [None] * CACHE_SIZE  # owns the strings
+cdef const char* CACHE_UTF8[CACHE_SIZE]  # their UTF-8 bytes (alive as long as the string)
+cdef Py_ssize_t CACHE_SIZE_OF[CACHE_SIZE]
 
 
 cdef inline uint64_t _hash(const unsigned char* s, Py_ssize_t n):
@@ -235,16 +238,13 @@ cdef object _name(const unsigned char* s, Py_ssize_t n, bint ascii):
     if n > CACHE_MAX_LEN:
         return _str(s, n, ascii)
     cdef Py_ssize_t slot = <Py_ssize_t>(_hash(s, n) & (CACHE_SIZE - 1))
-    cdef object hit = _cache[slot]
-    cdef Py_ssize_t size
-    cdef const char* data
-    if hit is not None:
-        data = PyUnicode_AsUTF8AndSize(hit, &size)
-        if size == n and memcmp(data, s, n) == 0:
-            return hit
+    if CACHE_UTF8[slot] != NULL and CACHE_SIZE_OF[slot] == n and memcmp(CACHE_UTF8[slot], s, n) == 0:
+        return _cache[slot]
     cdef object made = _str(s, n, ascii)
     hash(made)  # computed once: every dict insert of this name reuses it
+    CACHE_UTF8[slot] = NULL
     _cache[slot] = made
+    CACHE_UTF8[slot] = PyUnicode_AsUTF8AndSize(made, &CACHE_SIZE_OF[slot])
     return made
 
 
@@ -267,12 +267,43 @@ cdef struct Span:
     bint ascii
 
 
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* How many plain string bytes (no quote, backslash, control character or non-ASCII byte)
+       the 8 bytes at p start with: 8 when all are. One test for 8 bytes: a byte below 0x20
+       borrows into its high bit, a quote or backslash becomes zero after the xor, and the
+       lowest byte flagged is always a real one (borrows only run upwards). */
+    static inline int applier_plain_prefix(const unsigned char *p) {
+        uint64_t w, quote, backslash, special;
+        memcpy(&w, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w);  /* the first byte in the lowest bits, as below */
+    #endif
+        quote = w ^ 0x2222222222222222ULL;
+        backslash = w ^ 0x5C5C5C5C5C5C5C5CULL;
+        special = (((quote - 0x0101010101010101ULL) & ~quote)
+                   | ((backslash - 0x0101010101010101ULL) & ~backslash)
+                   | (w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL;
+        return special ? __builtin_ctzll(special) >> 3 : 8;
+    }
+    """
+    int _plain_prefix "applier_plain_prefix"(const unsigned char* p) nogil
+
+
 cdef inline const unsigned char* _scan_string(const unsigned char* p, const unsigned char* end, Span* span) except NULL:
     """``p`` just after an opening quote: find the closing one, return the byte after it."""
     cdef unsigned char k
     cdef bint escaped = False, ascii = True
+    cdef int plain
     span.start = p
     while p < end:
+        if end - p >= 8:  # 8 bytes at a time up to the next byte that needs a look
+            plain = _plain_prefix(p)
+            p += plain
+            if plain == 8:
+                continue
         k = STRCLASS[p[0]]
         if k == 0:
             p += 1
@@ -780,6 +811,13 @@ cdef object _column(Cursor* c):
     else:
         raise SLOW  # the NULL type with a value, unknown codes
     flags = PyLong_FromUnsignedLongLong(f.magnitude | HANDLE_KEY if handle else f.magnitude)
+    if order[0] == 0x74 and order[1] == 0x66:  # t, f, v: the order producers write
+        # A copy of a dict with these keys, then three stores in place: cheaper than three inserts.
+        col = PyDict_Copy(COLUMN)
+        PyDict_SetItem(col, "t", PyLong_FromLongLong(t))
+        PyDict_SetItem(col, "f", flags)
+        PyDict_SetItem(col, "v", value)
+        return col
     col = PyDict_New()
     for i in range(3):
         key = order[i]
