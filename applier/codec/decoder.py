@@ -22,8 +22,8 @@ So the fast path never needs an error message; it only must never accept what th
 rejects nor produce anything else (tests/unit/test_codec_fastpath.py feeds both the same records).
 
 Why compiled: in Python, parsing with orjson and then normalising every column cost about 2.5
-times the bare parse (the column loop alone about as much as the parse); compiled, decoding costs
-about as much as orjson parsing the same documents (``make bench``). Without its compiled module
+times the bare parse (the column loop alone about as much as the parse); compiled, decoding takes
+about 1.2 times as long as orjson parsing the same documents (``make bench``). Without its compiled module
 the decoder does not import: a silently slower decoder would only show as a growing lag.
 
 Every DDL event (careful path only: they are rare) is also checked by :mod:`sqlgen.ddl_guard`:
