@@ -8,13 +8,16 @@ BIN := $(VENV)/bin
 .PHONY: demo test lint services tools bench clean
 
 # The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
-$(BIN)/.installed-demo: pyproject.toml
+# Installing compiles the decoder's fast path (setup.py): a changed .pyx reinstalls.
+COMPILED := setup.py applier/codec/_fastpath.pyx
+
+$(BIN)/.installed-demo: pyproject.toml $(COMPILED)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[demo]'
 	touch $@
 
-$(BIN)/.installed-test: pyproject.toml
+$(BIN)/.installed-test: pyproject.toml $(COMPILED)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -53,4 +56,4 @@ bench: $(BIN)/.installed-test services
 	$(BIN)/python benchmarks/decode.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache applier/codec/*.so

@@ -9,7 +9,8 @@
 #   TARGET=catchup docker/build-with-podman.sh
 #
 # The stand-in is close to the official image where the Dockerfile relies on it: Debian bookworm,
-# Python 3.11 with venv and pip, `python` on PATH, groupadd/useradd. It is not the official image:
+# Python 3.11 with venv, pip and its headers (the build stage compiles the decoder's fast path),
+# `python` on PATH, groupadd/useradd. It is not the official image:
 # the real build uses the real one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ fi
 if ! podman image exists "$BASE_NAME"; then
   echo "building the stand-in base $BASE_NAME with mmdebstrap"
   mmdebstrap --variant=minbase \
-    --include=python3,python3-venv,python3-pip,ca-certificates,passwd \
+    --include=python3,python3-venv,python3-pip,python3-dev,ca-certificates,passwd \
     "${hooks[@]}" bookworm "$WORK/base.tar"
   podman import "${changes[@]}" "$WORK/base.tar" "$BASE_NAME"
 fi

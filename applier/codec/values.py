@@ -1,7 +1,10 @@
 """Column values: wire form -> what the database needs (docs/open-protocol.md §4).
 
-This is the hot path of the whole applier, so it is organised around two lookup tables built once
-per option set (see :class:`ValuePlan`):
+The rules here are the reference: the decoder's careful path applies them to what orjson parsed,
+and its compiled fast path (applier/codec/_fastpath.pyx, which takes its type-code lists from this
+module) applies the same rules to the record's bytes. The careful path runs for every event the
+fast path gives up on, and for whole streams of old producers, so it is organised for speed too,
+around two lookup tables built once per option set (see :class:`ValuePlan`):
 
 * ``plain``: type code -> the Python type the wire value already has when no conversion is
   needed (ints, date/time strings, JSON text, CHAR/VARCHAR text...). The loop only checks
@@ -343,72 +346,17 @@ def _column_name(row: dict[str, Any], col: Any) -> str | None:
     return None
 
 
-# --- the decoder's fast path (see applier.codec.decoder.decode_record) --------------------------
-#
-# decode_record first tries every row event with an inlined loop that handles only what current
-# producers send and gives up (raises anything) on the rest; the event is then decoded again,
-# from its bytes, by the careful path above, which either copes or explains the problem. So the
-# fast path never produces an error message and never needs to be complete: it only must never
-# accept what the careful path rejects, nor produce a different value
-# (tests/unit/test_codec_fastpath.py compares the two).
+def fill_old(old: Row, new: Row) -> Row:
+    """``only-output-updated-columns``: ``p`` omits unchanged columns, so take them from ``u``.
 
-
-class _Kind:
-    """Marker of a type code whose value needs more than a type check on the fast path."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<kind {self.name}>"
-
-
-K_QUOTED = _Kind("quoted")  # BINARY/VARBINARY: Go strconv.Quote body -> bytes
-K_BLOB = _Kind("blob")  # BLOB: base64 -> bytes
-K_TEXT = _Kind("text")  # TEXT: base64 -> str when valid UTF-8, else bytes
-K_DECIMAL = _Kind("decimal")  # exact string, checked to be a decimal literal
-
-FLAG_VALUES = 256
-"""Flags the fast path knows: f in [0, 255] (and, as Python indexes lists, [-256, -1], which have
-the same low bits). Anything else is left to the careful path."""
-
-Kinds = dict[int, list[Any]]
-"""Type code -> flags -> the Python type its wire value has when it needs no work (int, float,
-str, or ``NoneType`` for the NULL type), or one of the ``K_*`` markers.
-
-Indexing a list by ``f`` is also the fast path's check that ``f`` is an integer: a list accepts
-int (and bool, which the careful path accepts too) and raises for anything else, so no separate
-type check is spent per column. Unknown type codes are absent (KeyError). Like the careful path's
-tables, the dict is looked up by value, so a code written as ``3.0`` or ``true`` means 3 or 1 in
-both paths."""
-
-
-def fast_kinds() -> Kinds:
-    """The fast path's dispatch table (see :data:`Kinds`).
-
-    Legacy base64 strings have no entry here: a producer that sends them (TiCDC < v4.0.5) sends no
-    ``f`` either, so the decoder gives such streams to the careful path directly.
+    Copies are made so that a later in-place change to one image never leaks into the other. The
+    result follows the new image's column order; columns only in ``p`` are kept at the end.
     """
-    by_code: dict[int, tuple[Any, Any]] = {}  # code -> (kind without, kind with the binary flag)
-    for code in INT_CODES:
-        by_code[code] = (int, int)
-    for code in FLOAT_CODES:
-        by_code[code] = (float, float)
-    for code in TEXTUAL_CODES:
-        by_code[code] = (str, str)
-    for code in STRING_CODES:
-        by_code[code] = (str, K_QUOTED)
-    for code in BLOB_CODES:
-        by_code[code] = (K_TEXT, K_BLOB)
-    by_code[DECIMAL] = (K_DECIMAL, K_DECIMAL)
-    by_code[NULL] = (type(None), type(None))  # another value of the NULL type: careful path
-    return {code: [pair[f & FLAG_BINARY] for f in range(FLAG_VALUES)] for code, pair in by_code.items()}
-
-
-# The very functions the careful path uses, under public names for the decoder's inlined loop.
-search_slow_escape = _NEEDS_SLOW_PATH.search
-escape_decode = _escape_decode
-a2b_base64 = _a2b_base64
-decimal_match = _decimal_match
+    filled: Row = {}
+    for name, col in new.items():
+        prev = old.get(name)
+        filled[name] = prev if prev is not None else col.copy()  # type: ignore[assignment]
+    for name, col in old.items():
+        if name not in filled:
+            filled[name] = col
+    return filled

@@ -3,7 +3,11 @@ class of malformed input (docs/open-protocol.md §1-§3 and §7)."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import cramjam
@@ -526,3 +530,15 @@ def test_documentation_example_row_without_legacy_option_keeps_base64_text() -> 
     key = frame_key([DOC_EXAMPLE_LOG[4][2].encode()])
     (event,) = decode(key, frame_value([DOC_EXAMPLE_LOG[4][3].encode()]))
     assert event.new["val"]["v"] == "YWE="
+
+
+def test_without_its_compiled_fast_path_the_decoder_does_not_import() -> None:
+    """No silent slow fallback: an install that lacks the compiled module (applier/codec/
+    _fastpath.pyx) fails at import, and the last line says how to build it."""
+    root = Path(__file__).resolve().parents[2]
+    code = "import sys; sys.modules['applier.codec._fastpath'] = None; import applier.codec.decoder"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: the decoder's compiled fast path") and "pip install -e ." in last

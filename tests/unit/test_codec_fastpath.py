@@ -1,14 +1,16 @@
-"""decode_record's fast path against the careful path it falls back to (decoder.py).
+"""decode_record's fast path (applier/codec/_fastpath.pyx) against the careful path it falls back to
+(decoder.py).
 
 decode_record tries every event with a fast path written for what current producers send and, at
 the first thing it does not expect, decodes the event again with the careful path. The fast path
 must therefore never accept what the careful path rejects, nor produce anything else than it:
-these tests feed both the same records, ordinary and hostile, and require the same events (same
-types, same dict order) or the same MalformedRecordError (reason, index, excerpt).
+these tests feed both the same records, ordinary and hostile, in any key order, and require the
+same events (same types, same dict order) or the same MalformedRecordError (reason, index, excerpt).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from typing import Any
@@ -99,6 +101,14 @@ FLAGS = st.one_of(
 MISSING = object()
 
 
+def shuffled(draw: st.DrawFn, obj: dict[str, Any]) -> dict[str, Any]:
+    """The same object with its keys in the order producers use (mostly) or in any other: the
+    order carries no meaning, and each order must give the same result on both paths."""
+    if draw(st.integers(0, 3)):
+        return obj
+    return dict(draw(st.permutations(list(obj.items()))))
+
+
 @st.composite
 def column(draw: st.DrawFn) -> Any:
     if draw(st.integers(0, 30)) == 0:
@@ -118,7 +128,7 @@ def column(draw: st.DrawFn) -> Any:
         col["v"] = v
     if draw(st.integers(0, 10)) == 0:
         col["x"] = "future"
-    return col
+    return shuffled(draw, col)
 
 
 @st.composite
@@ -146,7 +156,7 @@ def good_column(draw: st.DrawFn) -> dict[str, Any]:
         col["h"] = True
     col["f"] = f
     col["v"] = v
-    return col
+    return shuffled(draw, col)
 
 
 NAMES = st.text(min_size=1, max_size=4)
@@ -171,7 +181,7 @@ def row_value(draw: st.DrawFn) -> Any:
         new = draw(GOOD_ROWS)
         keep = draw(st.lists(st.sampled_from(sorted(new)), unique=True)) if new else []
         value = {"u": new, "p": {name: draw(good_column()) for name in keep}}
-    return value
+    return shuffled(draw, value)
 
 
 @st.composite
@@ -194,7 +204,7 @@ def key_doc(draw: st.DrawFn) -> Any:
             key[name] = draw(st.sampled_from(values))
     if draw(st.integers(0, 40)) == 0:
         return draw(st.sampled_from([[], "x", 5]))
-    return key
+    return shuffled(draw, key)
 
 
 @st.composite
@@ -255,6 +265,43 @@ LITERAL_VALUES = [
     b'{"u":{"a":{"t":3,"f":0,"v":1}},"p":null}',
     b'{"u":{"a":{"t":3,"f":0,"v":1}}} ',
     b'{"u":{"a":{"t":3,"f":0,"v":1}}}\x00',
+    # keys in other orders, the images in another order, a member the protocol does not have
+    b'{"u":{"a":{"v":1.5,"t":5,"f":0}}}',
+    b'{"u":{"a":{"v":7,"f":0,"t":3}}}',
+    b'{"u":{"a":{"f":1,"v":"\\\\x41","t":15}}}',
+    b'{"u":{"a":{"h":true,"t":3,"f":0,"v":1}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1,"h":true}}}',
+    b'{"u":{"a":{"t":3,"h":true,"f":1,"v":1}}}',
+    b'{"p":{"a":{"t":3,"f":0,"v":1}},"u":{"a":{"t":3,"f":0,"v":2}}}',
+    b'{"u":{"a":{"t":12,"f":0,"v":"x"}},"u":{"a":{"t":3,"f":0,"v":1}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1}},"x":1}',
+    # escapes in names and values, numbers at the edges of JSON and of orjson's ranges
+    b'{"u":{"a\\u00e9":{"t":3,"f":0,"v":1}}}',
+    b'{"u":{"\\u0061":{"t":3,"f":0,"v":1},"a":{"t":3,"f":0,"v":2}}}',
+    b'{"u":{"a":{"t":15,"f":0,"v":"\\ud83d\\ude00 \\/ \\u00e9 \\u0000"}}}',
+    b'{"u":{"a":{"t":15,"f":1,"v":"\\ud83d\\ude00\\\\x41\\u00e9"}}}',
+    b'{"u":{"a":{"t":15,"f":1,"v":"\\\\u00e9\\\\U0001F600\\\\377\\\\a\\\\\'"}}}',
+    b'{"u":{"a":{"t":15,"f":0,"v":"\\udc00"}}}',
+    b'{"u":{"a":{"t":252,"f":0,"v":"aGk\\u003d"}}}',
+    b'{"u":{"a":{"t":252,"f":0,"v":"aGl="}}}',
+    b'{"u":{"a":{"t":246,"f":0,"v":"\\u0031"}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":-0}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":01}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":-9223372036854775808}}}',
+    b'{"u":{"a":{"t":5,"f":0,"v":-0.0}}}',
+    b'{"u":{"a":{"t":5,"f":0,"v":1E2}}}',
+    b'{"u":{"a":{"t":5,"f":0,"v":0.1e-400}}}',
+    b'{"u":{"a":{"t":5,"f":0,"v":18446744073709551615}}}',
+    b'{"u":{"a":{"t":5,"f":0,"v":1.}}}',
+    b'{"u":{"a":{"t":3,"f":4611686018427387904,"v":1}}}',
+    b'{"u":{"a":{"t":3,"f":18446744073709551615,"v":1}}}',
+    # bytes that are not JSON, or not UTF-8
+    b'{"u":{"a":{"t":15,"f":0,"v":"a\x01b"}}}',
+    b'{"u":{"a":{"t":15,"f":0,"v":"\xff"}}}',
+    b'{"u":{"a":{"t":15,"f":1,"v":"\xed\xa0\x80"}}}',
+    b'{"u":{"a":{"t":15,"f":1,"v":"\xc3\xa9"}}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":1}}',
+    b'{"u":{"a":{"t":3,"f":0,"v":tru}}}',
 ]
 LITERAL_KEYS = [
     b'{"ts":1,"scm":"s","tbl":"t","t":1}',
@@ -268,6 +315,15 @@ LITERAL_KEYS = [
     b'{"ts":1,"scm":"s","tbl":"t","t":1,"ccl":"x"}',
     b'{"ts":1,"scm":"s","t":1,"ptn":7}',
     b'{"ts":1,"scm":"s","tbl":"t","t":1,"ptn":7.0}',
+    b'{"t":1,"tbl":"t","scm":"s","ts":1}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1,"ptn":null,"rid":-5}',
+    b'{"ts":18446744073709551615,"scm":"s","tbl":"t","t":1,"rid":9223372036854775808}',
+    b'{"ts":1,"scm":"s\\u00e9","tbl":"t","t":1}',
+    b'{"\\u0074s":1,"scm":"s","tbl":"t","t":1}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":1,"x":1}',
+    b'{"ts":1,"scm":"s","tbl":"t","t":2}',
+    b'{"ts":1,"scm":null,"tbl":"t","t":3}',
+    b'{"ts":-0,"scm":"s","tbl":"t","t":1}',
 ]
 
 
@@ -393,3 +449,30 @@ def test_events_are_ordinary_instances() -> None:
     )
     assert event == expected and repr(event) == repr(expected)
     assert type(event) is RowEvent and type(event.pos) is Position
+
+
+def test_long_strings_and_many_names_stay_on_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strings longer than the fast path's stack buffer (escaped or not), and more distinct column
+    names than its name cache holds, some too long for it: same events, and no careful path."""
+    calls: list[Any] = []
+    careful = decoder._careful_event
+    monkeypatch.setattr(decoder, "_careful_event", lambda *a: calls.append(a) or careful(*a))
+    text = 'é中 \\x89"\n\u2028😀' * 700
+    raw = bytes(range(256)) * 30
+    row = {
+        "text": {"t": 15, "f": 0, "v": text},
+        "quoted": {"t": 254, "f": 1, "v": "\\x89PNG\\r\\n\\u00e9\\377" * 800},
+        "blob": {"t": 252, "f": 1, "v": base64.b64encode(raw).decode()},
+        "clob": {"t": 252, "f": 0, "v": base64.b64encode(text.encode()).decode()},
+        "plain": {"t": 12, "f": 0, "v": "x" * 9000},
+    }
+    names = {f"column {i} " * (1 + i % 12): {"t": 3, "f": 0, "v": i} for i in range(3000)}
+    key = dumps({"ts": 5, "scm": "s", "tbl": "t", "t": 1})
+    for ascii_only in (False, True):
+        docs = [dumps({"u": row}, ascii_only), dumps({"u": names, "p": names}, ascii_only)]
+        record = frame([key, key], docs, OPTIONS[0])
+        assert_same(*record, OPTIONS[0])
+        calls.clear()
+        new = decode_record(*record, topic="tp", partition=1, offset=2)[0].new
+        assert calls == []
+        assert new["text"]["v"] == text and new["blob"]["v"] == raw
