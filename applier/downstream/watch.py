@@ -81,7 +81,7 @@ class Blocker:
     user: str | None = None
     host: str | None = None
     command: str | None = None
-    time: int | None = None
+    time: int = 0  # seconds in its current command
     state: str | None = None
     info: str | None = None
 

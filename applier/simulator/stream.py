@@ -285,22 +285,6 @@ class SimEvent:
         return UPDATE if self.old else INSERT
 
 
-@dataclass(frozen=True, slots=True)
-class LargeMessage:
-    """How a row event too large for max_message_bytes travels in its record.
-
-    ``option`` is "claim-check" (a reference: the full event is the object ``object_name`` of
-    :attr:`Simulation.claim_check_objects`, the key's ``ccl`` is ``location``) or
-    "handle-key-only" (the key has ``ohk`` true). Either way the value holds only the handle-key
-    columns; the record's :class:`SimEvent` is still the full event, what a consumer gets back
-    by reading the object (or, for handle-key-only, the upstream as of the commit ts).
-    """
-
-    option: str
-    location: str | None = None
-    object_name: str | None = None
-
-
 @dataclass(slots=True)
 class SimRecord:
     """One Kafka record: its partition, its bytes and the events it carries."""
@@ -316,6 +300,22 @@ class SimRecord:
     # None when every event travels whole; else one entry per event: None for a whole one, how a
     # large one was sent otherwise.
     large: list[LargeMessage | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LargeMessage:
+    """How a row event too large for max_message_bytes travels in its record.
+
+    ``option`` is "claim-check" (a reference: the full event is the object ``object_name`` of
+    :attr:`Simulation.claim_check_objects`, the key's ``ccl`` is ``location``) or
+    "handle-key-only" (the key has ``ohk`` true). Either way the value holds only the handle-key
+    columns; the record's :class:`SimEvent` is still the full event, what a consumer gets back
+    by reading the object (or, for handle-key-only, the upstream as of the commit ts).
+    """
+
+    option: str
+    location: str | None = None
+    object_name: str | None = None
 
 
 @dataclass(slots=True)

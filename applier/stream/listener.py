@@ -244,13 +244,17 @@ class PartitionListener:
     ) -> None:
         self.partition = partition
         self._spill = spill
-        self._spilled_bytes = 0
-        self._spilled_rows = 0
+        # Counters for the caller to read (only the listener writes them): the cache's bytes as
+        # counted by ``feed`` and its rows, in memory and moved to disk; the last offset fed.
+        self.cached_bytes = 0
+        self.cached_rows = 0
+        self.spilled_bytes = 0
+        self.spilled_rows = 0
+        self.last_offset: int | None = None
         self.stats = ListenerStats()
         self._progress = progress
         self._versions = versions if versions is not None else KeylessVersions()
         self._start_offset = start_offset
-        self._last_offset: int | None = None
         self._obs: int | None = None  # highest resolved ts read in this session (rule 2)
         # Set when the barrier stops treating this partition as empty: until its first resolved
         # ts, a row at or below this applied ts means the watermark passed it (RowsBehindWatermark).
@@ -267,8 +271,6 @@ class PartitionListener:
         self._cum: list[int] = []
         self._cum_base = 0
         self._stale: int | None = None
-        self._cached_bytes = 0
-        self._cached_rows = 0
         self._pending: dict[DDLKey, _Pending] = {}  # arrival order == offset order
         # Rule 4: digests of records holding keyless rows without rid above the resolved ts ->
         # their highest such ts.
@@ -291,31 +293,9 @@ class PartitionListener:
         return self._obs
 
     @property
-    def last_offset(self) -> int | None:
-        return self._last_offset
-
-    @property
-    def cached_bytes(self) -> int:
-        return self._cached_bytes
-
-    @property
-    def cached_rows(self) -> int:
-        """Rows held in memory (spilled ones not included)."""
-        return self._cached_rows
-
-    @property
-    def spilled_bytes(self) -> int:
-        """Cache bytes (as counted by ``feed``) of the rows moved to disk."""
-        return self._spilled_bytes
-
-    @property
-    def spilled_rows(self) -> int:
-        return self._spilled_rows
-
-    @property
     def held_rows(self) -> int:
         """Rows not applied yet, in memory or on disk."""
-        return self._cached_rows + self._spilled_rows
+        return self.cached_rows + self.spilled_rows
 
     def pending_ddls(self) -> list[DDLEvent]:
         """DDLs waiting for the barrier, in arrival order."""
@@ -373,7 +353,7 @@ class PartitionListener:
 
     def has_spilled(self, after: int, upto: int) -> bool:
         """Whether a cached commit ts in ``(after, upto]`` has rows on disk."""
-        if not self._spilled_rows:
+        if not self.spilled_rows:
             return False
         ts_sorted, groups = self._ts_sorted, self._groups
         return any(
@@ -419,11 +399,11 @@ class PartitionListener:
         n = len(rows)
         group.rows = []
         group.spilled_nbytes += group.nbytes
-        self._cached_bytes -= group.nbytes
-        self._spilled_bytes += group.nbytes
+        self.cached_bytes -= group.nbytes
+        self.spilled_bytes += group.nbytes
         group.nbytes = 0
-        self._cached_rows -= n
-        self._spilled_rows += n
+        self.cached_rows -= n
+        self.spilled_rows += n
         return n
 
     def rows_upto(self, ts: int) -> list[RowEvent]:
@@ -458,9 +438,9 @@ class PartitionListener:
         validates the record and finds its keyless rows without changing anything, the second
         changes the state.
         """
-        if self._last_offset is not None and offset <= self._last_offset:
+        if self.last_offset is not None and offset <= self.last_offset:
             raise ValueError(
-                f"partition {self.partition}: offset {offset} fed after {self._last_offset}; "
+                f"partition {self.partition}: offset {offset} fed after {self.last_offset}; "
                 "records must be fed once each, in offset order"
             )
         if self.rejoin_floor is not None:
@@ -583,13 +563,13 @@ class PartitionListener:
                 self._mark_stale(ts)
             kept += 1
             kept_bytes += nbytes
-        self._cached_bytes += kept_bytes
-        self._cached_rows += kept
+        self.cached_bytes += kept_bytes
+        self.cached_rows += kept
         stats = self.stats
         stats.rows_kept += kept
         stats.rows_skipped += skipped
         stats.rows_replayed += replayed
-        self._last_offset = offset
+        self.last_offset = offset
 
     def observe_drained(self, end_offset: int, ts: int) -> None:
         """This partition was read up to ``end_offset`` by a fetch made after the resolved ts ``ts``
@@ -686,7 +666,7 @@ class PartitionListener:
                 break
         if found is not None:
             return found
-        return self._start_offset if self._last_offset is None else self._last_offset + 1
+        return self._start_offset if self.last_offset is None else self.last_offset + 1
 
     def resume_offset(
         self, after_applied_ts: int | None = None, *, excluding_ddl: DDLKey | None = None
@@ -729,10 +709,10 @@ class PartitionListener:
                     spilled_rows += group.spilled.rows
                     spilled_bytes += group.spilled_nbytes
                     group.spilled.remove()
-            self._cached_bytes -= nbytes
-            self._spilled_bytes -= spilled_bytes
-            self._spilled_rows -= spilled_rows
-            self._cached_rows -= self._cum[cut - 1] - self._cum_base - spilled_rows
+            self.cached_bytes -= nbytes
+            self.spilled_bytes -= spilled_bytes
+            self.spilled_rows -= spilled_rows
+            self.cached_rows -= self._cum[cut - 1] - self._cum_base - spilled_rows
             self._cum_base = self._cum[cut - 1]
             del ts_sorted[:cut]
             del self._cum[:cut]
