@@ -1,7 +1,10 @@
-"""Build of the one compiled module, the decoder's fast path; everything else is in pyproject.toml.
+"""Build of the compiled modules, the hot loops; everything else is in pyproject.toml.
 
-Cython (a build requirement, see pyproject.toml) turns applier/codec/_fastpath.pyx into C under
-build/, which the C compiler then builds; `pip install -e .` places the module next to the source.
+- applier/codec/_fastpath.pyx: the decoder's fast path (every record the daemon and the catch-up read);
+- applier/catchup/batch_builder.pyx: the catch-up readers' loop over decoded events.
+
+Cython (a build requirement, see pyproject.toml) turns them into C under build/, which the C
+compiler then builds; `pip install -e .` places the modules next to their sources.
 """
 
 from Cython.Build import cythonize
@@ -9,7 +12,10 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=cythonize(
-        [Extension("applier.codec._fastpath", ["applier/codec/_fastpath.pyx"])],
+        [
+            Extension("applier.codec._fastpath", ["applier/codec/_fastpath.pyx"]),
+            Extension("applier.catchup.batch_builder", ["applier/catchup/batch_builder.pyx"]),
+        ],
         build_dir="build",
     )
 )

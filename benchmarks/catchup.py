@@ -19,6 +19,13 @@ What it does (issue 5, "Benchmark"):
 4. Both results are checked against the generator's final state (row count and CRC32 checksum).
    Prints both times, the ratio and the peak memories; the exit code is 1 only when a run failed
    or the data differs.
+5. The catch-up's stages (from its summary): start-up (process start to the first Spark job:
+   JVM, planning), scan (read, decode, collapse in the readers, cache, skeleton to the driver),
+   replay (the driver's plan), write (every epoch's writers), hand-off. Beside them two baselines
+   measured in the same run: the single-core decode rate (``decode_record`` over the first
+   records of partition 0, in this process) times the cores the catch-up uses, for the scan; and
+   the database's raw bulk rate for the same final rows (``LOAD DATA LOCAL INFILE ... REPLACE``
+   from as many connections as the catch-up has cores, into a scratch table), for the write.
 
 Run (from the repository root; needs the [spark] extra, MariaDB and the embedded broker):
 
@@ -29,7 +36,9 @@ Run (from the repository root; needs the [spark] extra, MariaDB and the embedded
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -45,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     ROOT,
+    TABLE,
     Generator,
     applier_env,
     checksum_expected,
@@ -55,6 +65,7 @@ from _common import (
     table_ddl,
 )
 
+from applier.codec.decoder import DecoderOptions, decode_record
 from applier.kafka.embedded_broker import start_broker
 
 
@@ -166,6 +177,131 @@ def measure(
     return run, got
 
 
+def decode_rate(bootstrap: str, topic: str, records: int = 10_000) -> float:
+    """Row events per second of ``decode_record`` on one core: the first ``records`` records of
+    partition 0, fetched first, then decoded with the cyclic collector off (as the readers do)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-decode-rate"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    raw: list[tuple[bytes, bytes, int]] = []
+    deadline = time.monotonic() + 60
+    while len(raw) < records and time.monotonic() < deadline:
+        raw += [(m.key(), m.value(), m.offset()) for m in consumer.consume(1000, 1.0) if m.error() is None]
+    consumer.close()
+    opts = DecoderOptions()
+    gc.disable()
+    try:
+        best = 0.0
+        for _ in range(3):  # the best of three: the machine is noisy
+            t0 = time.perf_counter()
+            events = 0
+            for key, value, off in raw[:records]:
+                events += len(decode_record(key, value, topic=topic, partition=0, offset=off, options=opts))
+            best = max(best, events / (time.perf_counter() - t0))
+        return best
+    finally:
+        gc.enable()
+
+
+def raw_bulk_rate(
+    params: dict, schema: str, final: dict[int, tuple[int, str, str]], connections: int
+) -> float:
+    """Rows per second of ``LOAD DATA LOCAL INFILE ... REPLACE`` of the final rows into an empty
+    copy of the table, ``connections`` loading their share at once (files written beforehand)."""
+    scratch = f"{schema}_raw"
+    admin = pymysql.connect(**params)
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{scratch}`")
+        cur.execute(table_ddl(scratch))
+    rows = sorted(final.items())
+    paths = []
+    for i in range(connections):
+        fd, path = tempfile.mkstemp(prefix="bench-raw-", suffix=".tsv")
+        with os.fdopen(fd, "w") as fh:
+            fh.writelines(f"{rid}\t{k}\t{c}\t{pad}\n" for rid, (k, c, pad) in rows[i::connections])
+        paths.append(path)
+    conns = [pymysql.connect(**params, local_infile=True) for _ in range(connections)]
+
+    def load(conn: pymysql.connections.Connection, path: str) -> None:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"LOAD DATA LOCAL INFILE %s REPLACE INTO TABLE `{scratch}`.`{TABLE}` "
+                "CHARACTER SET utf8mb4 (`id`, `k`, `c`, `pad`)",
+                (path,),
+            )
+        conn.commit()
+
+    try:
+        threads = [threading.Thread(target=load, args=(c, p)) for c, p in zip(conns, paths, strict=True)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return len(rows) / (time.perf_counter() - t0)
+    finally:
+        for c in conns:
+            c.close()
+        for path in paths:
+            os.unlink(path)
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{scratch}`")
+        admin.close()
+
+
+_SUMMARY = re.compile(r"seconds ([0-9.]+), row events/s [0-9]+ \((.*)\)")
+
+
+def catchup_stages(log_path: str) -> tuple[float, dict[str, float]]:
+    """(seconds the job itself counted, {stage: seconds}) from the catch-up's summary line."""
+    with open(log_path, errors="replace") as fh:
+        for line in fh:
+            m = _SUMMARY.search(line)
+            if m:
+                stages = {}
+                for part in m.group(2).split(", "):
+                    name, _, secs = part.rpartition(" ")
+                    stages[name] = float(secs.rstrip("s"))
+                return float(m.group(1)), stages
+    return 0.0, {}
+
+
+def cores_of(master: str) -> int:
+    """Cores a ``local[N]`` / ``local[*]`` master uses (a cluster's: the machine's, as a guess)."""
+    m = re.fullmatch(r"local\[(\d+|\*)\]", master)
+    if m and m.group(1) != "*":
+        return int(m.group(1))
+    return os.cpu_count() or 1
+
+
+def print_stages(cu: Run, events: int, rows: int, master: str, decode: float, raw: float) -> None:
+    """The catch-up's stages beside the two baselines (module docstring, point 5)."""
+    job_seconds, stages = catchup_stages(cu.log_path)
+    if not stages:
+        print("stages     : (no summary line in the catch-up's log)")
+        return
+    write = sum(v for k, v in stages.items() if k.startswith("epoch") or k == "ddl")
+    cores = cores_of(master)
+    startup = cu.seconds - job_seconds + stages.get("start-up", 0.0)
+    scan = stages.get("scan", 0.0)
+    print(
+        f"stages     : start-up {startup:.1f} s (JVM, planning), scan {scan:.1f} s, "
+        f"replay {stages.get('replay', 0.0):.1f} s, write {write:.1f} s, "
+        f"hand-off {stages.get('handoff', 0.0):.1f} s"
+    )
+    if scan > 0:
+        print(
+            f"scan       : {events / scan:,.0f} row events/s = {events / scan / (decode * cores):.0%} of the "
+            f"decode rate {decode:,.0f}/s x {cores} cores"
+        )
+    if write > 0:
+        print(
+            f"write      : {rows / write:,.0f} rows/s = {rows / write / raw:.0%} of the raw bulk rate "
+            f"{raw:,.0f} rows/s"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=2_000_000, help="row events in the backlog (default 2M)")
@@ -206,6 +342,9 @@ def main() -> int:
         st = produce(broker.bootstrap, topic, gen, args.events)
         print(f"backlog    : {st.summary(f'; final table {len(st.final):,} rows')}")
         expected = checksum_expected(st.final)
+        decode = decode_rate(broker.bootstrap, topic)
+        raw = raw_bulk_rate(params, schema, st.final, cores_of(args.spark_master))
+        print(f"baselines  : decode {decode:,.0f} row events/s on one core; raw bulk {raw:,.0f} rows/s")
 
         # 1. catch-up onto the "backup at X": the schema and the empty table.
         with admin.cursor() as cur:
@@ -223,6 +362,7 @@ def main() -> int:
         cu, cu_sum = measure(
             "catch-up", cmd, admin, schema, st.events, " (driver + Spark JVM + Python workers)"
         )
+        print_stages(cu, st.events, len(st.final), args.spark_master, decode, raw)
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
 

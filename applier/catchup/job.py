@@ -40,7 +40,7 @@ from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
 from applier.catchup.replay import SKELETON_COLUMNS, Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
-from applier.catchup.rows import DDL, RESOLVED, ROW, STATS
+from applier.catchup.rows import BUNDLE, DDL, RESOLVED, ROW, STATS, unbundle
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
 from applier.codec.events import DDLEvent, RowEvent
@@ -58,7 +58,9 @@ from applier.stream.table_filter import table_event_filter
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
 from sqlgen import Dialect, TablePlan, plan_table
 
-EVENTS_PER_WRITER = 250_000  # more writer partitions than cores when an epoch is big: bounds task memory
+# More writer partitions than cores when an epoch is big: bounds a writer task's memory. Counted in
+# rows the readers wrote (after their collapse), which is what a writer holds.
+ROWS_PER_WRITER = 100_000
 
 
 class CatchupError(FatalError, RuntimeError):
@@ -121,6 +123,8 @@ class CatchupJob:
         self.dialect: Dialect | None = None
         self.ddl_executor: DDLExecutor | None = None
         self._session_thread: threading.Thread | None = None
+        self._started = time.monotonic()
+        self._data_rows = 0  # rows the readers wrote for the writers (sizes the writer partitions)
         self._session_error: BaseException | None = None
 
     # -- downstream helpers --------------------------------------------------------------------
@@ -156,7 +160,7 @@ class CatchupJob:
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Summary:
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         source: OffsetSource | None = self._offsets
         own_source = source is None
         if self._spark is None:
@@ -248,6 +252,9 @@ class CatchupJob:
         collapse_upto = self._collapse_bound(source, plan, lower)  # while the JVM starts
         spark = self._session()
         progress = Progress(spark, self.log, self._progress_interval)
+        # Until here: the downstream's and Kafka's planning while the JVM started (reported alone:
+        # it does not grow with the backlog).
+        progress.stage_seconds["start-up"] = time.monotonic() - self._started
         progress.start()
         decoded = None
         try:
@@ -271,23 +278,12 @@ class CatchupJob:
                     .load()
                     .persist(StorageLevel.MEMORY_AND_DISK)
                 )
-                skeleton_tab = _spark_call(
-                    lambda: (
-                        decoded.filter(F.col("skel"))
-                        .select(
-                            *(
-                                # keyed stubs carry no image; keyless rows are replayed whole
-                                F.when(F.col("keyed") == F.lit(False), F.col("img")).alias("img")
-                                if name == "img"
-                                else name
-                                for name in SKELETON_COLUMNS
-                            )
-                        )
-                        .toArrow()
-                    )
-                )
+                # The readers bundle their skeleton rows (rows.BUNDLE): a few large rows.
+                bundles = _spark_call(lambda: decoded.filter(F.col("kind") == F.lit(BUNDLE)).toArrow())
+                skeleton_tab = unbundle(bundles).select(list(SKELETON_COLUMNS))
             skeleton = Skeleton.from_arrow(skeleton_tab, self.topic, places)
             s.records, s.events = skeleton.records_read, skeleton.row_events
+            self._data_rows = skeleton.data_rows
             if self.tables is not None:  # the reading tasks dropped them; said here, once each
                 for schema, table in sorted(skeleton.filtered_tables):
                     self.tables.note_skipped(schema, table)
@@ -414,6 +410,7 @@ class CatchupJob:
             rows=straddling,
         )
         decoded.unpersist()
+        self._data_rows = max(self._data_rows, self.summary.events)  # about one row per op now
         plain = dataclasses.replace(spec, collapse_upto=None)
         return (
             self._spark.read.format(SOURCE_NAME)
@@ -465,7 +462,7 @@ class CatchupJob:
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
         parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
-        parts = max(parallel, -(-s.events // EVENTS_PER_WRITER))
+        parts = max(parallel, -(-self._data_rows // ROWS_PER_WRITER))
         rows = (
             decoded.filter(
                 (F.col("kind") == F.lit(ROW))

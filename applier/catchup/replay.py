@@ -66,6 +66,7 @@ class Skeleton:
     controls: list[Control] = field(default_factory=list)
     records_read: int = 0
     row_events: int = 0
+    data_rows: int = 0  # rows the readers wrote for the writers
     keyed_tables: set[TableKey] = field(default_factory=set)
     keyless_tables: set[TableKey] = field(default_factory=set)
     filtered_tables: set[TableKey] = field(default_factory=set)  # by the table filter (tbl '': schema)
@@ -79,6 +80,7 @@ class Skeleton:
         sk = cls(body)
         sk.records_read = int(pc.sum(stats["off"]).as_py() or 0)
         sk.row_events = int(pc.sum(stats["ts"]).as_py() or 0)
+        sk.data_rows = int(pc.sum(stats["idx"]).as_py() or 0)
         named = stats.filter(pc.is_valid(stats["scm"]))
         sk.filtered_tables = set(zip(named["scm"].to_pylist(), named["tbl"].to_pylist(), strict=True))
         ctl = body.filter(pc.not_equal(body["kind"], ROW))

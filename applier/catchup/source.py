@@ -40,8 +40,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from applier.catchup.batch_builder import BatchBuilder
 from applier.catchup.offsets import OffsetRange
-from applier.catchup.rows import SPARK_SCHEMA, BatchBuilder
+from applier.catchup.rows import SPARK_SCHEMA
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.errors import fatal_in_task
 from applier.kafka.client_log import KafkaClientLog

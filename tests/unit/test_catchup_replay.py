@@ -14,9 +14,10 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
+from applier.catchup.batch_builder import BatchBuilder
 from applier.catchup.epochs import ddls_to_run, global_resolved, partition_resolved
 from applier.catchup.replay import Skeleton, replay_skeleton
-from applier.catchup.rows import ARROW_SCHEMA, BatchBuilder
+from applier.catchup.rows import ARROW_SCHEMA, unbundle
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import ResolvedEvent
 from applier.simulator import StreamConfig, simulate
@@ -70,7 +71,7 @@ def _skeleton(decoded, lower):
     for part, off, events, raw in decoded:
         builder.add_record(part, off, events, raw)
     builder.add_stats(0)
-    table = pa.Table.from_batches([builder.flush(final=True)], schema=ARROW_SCHEMA)
+    table = unbundle(pa.Table.from_batches([builder.flush(final=True)], schema=ARROW_SCHEMA))
     return Skeleton.from_arrow(table.filter(table["skel"]), TOPIC)
 
 

@@ -7,7 +7,8 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from applier.catchup.rows import ARROW_SCHEMA, ROW, BatchBuilder, rebuild_row_events
+from applier.catchup.batch_builder import BatchBuilder
+from applier.catchup.rows import ARROW_SCHEMA, ROW, rebuild_row_events, unbundle
 from applier.catchup.writer import plan_keyed_events
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import Position, RowEvent, RowKind
@@ -22,7 +23,8 @@ AT = position(topic="x")  # where the rows of these tests were read
 
 
 def _table(builder: BatchBuilder) -> pa.Table:
-    return pa.Table.from_batches([builder.flush(final=True)], schema=ARROW_SCHEMA)
+    """What the builder wrote, the skeleton rows out of their bundle (first, then the others)."""
+    return unbundle(pa.Table.from_batches([builder.flush(final=True)], schema=ARROW_SCHEMA))
 
 
 def test_a_key_change_becomes_a_delete_and_an_insert_each_on_its_own_key() -> None:
@@ -107,6 +109,46 @@ def test_collapse_keeps_the_last_op_per_key_but_never_across_a_ddl_record() -> N
     ]
     assert got == [(12, 10, (1,)), (12, 11, (2,)), (14, 14, (1,))]
     assert w["op"].to_pylist() == [int(RowKind.UPDATE), int(RowKind.DELETE), int(RowKind.UPDATE)]
+
+
+def test_tables_with_the_same_columns_and_other_keys_are_keyed_each_by_its_own() -> None:
+    b = BatchBuilder(lower_ts=0, collapse_upto=1 << 62)
+    by_id = id_val_image(1, "a")
+    by_val = {"id": {"t": 3, "f": 0, "v": 1}, "val": {"t": 15, "f": HK, "v": "a"}}
+    b.add_record(
+        0,
+        1,
+        [row_event(INS, 10, by_id, table="a", pos=AT), row_event(INS, 10, by_val, table="b", pos=AT)],
+        (b"", b""),
+    )
+    t = _table(b)
+    w = t.filter(t["img"].is_valid()).sort_by("tbl")
+    assert [pickle.loads(k) for k in w["hkey"].to_pylist()] == [(("id",), (1,)), (("val",), ("a",))]
+
+
+def test_a_ddl_that_moves_the_handle_key_to_other_columns_is_seen_at_once() -> None:
+    """ALTER TABLE ... ADD PRIMARY KEY keeps the column list and moves the handle key: rows after
+    its DDL record are keyed by the new key, even though the columns look the same."""
+    from applier.codec.events import DDLEvent
+
+    def image(id_: int, val: str, *, key_on_val: bool) -> dict:
+        flags = (0, HK) if key_on_val else (HK, 0)
+        return {"id": {"t": 3, "f": flags[0], "v": id_}, "val": {"t": 15, "f": flags[1], "v": val}}
+
+    b = BatchBuilder(lower_ts=0, collapse_upto=1 << 62)
+    b.add_record(0, 1, [row_event(INS, 10, image(1, "a", key_on_val=True), pos=AT)], (b"", b""))
+    b.add_record(
+        0,
+        2,
+        [DDLEvent(11, "s", "t", "ALTER TABLE t ADD PRIMARY KEY (id)", 5, Position("x", 0, 2, 0))],
+        (b"", b""),
+    )
+    moved = image(2, "a", key_on_val=False), image(1, "a", key_on_val=False)
+    b.add_record(0, 3, [row_event(UPD, 12, *moved, pos=AT)], (b"", b""))
+    t = _table(b)
+    w = t.filter(t["img"].is_valid()).filter(pa.compute.greater(t.filter(t["img"].is_valid())["ts"], 11))
+    assert [pickle.loads(k) for k in w["hkey"].to_pylist()] == [(("id",), (1,)), (("id",), (2,))]
+    assert w["op"].to_pylist() == [int(RowKind.DELETE), int(RowKind.INSERT)]
 
 
 @pytest.mark.parametrize("collapse", [False, True])

@@ -1,0 +1,337 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The readers' hot loop, compiled: decoded events in, Arrow batches of ``rows.SPARK_SCHEMA`` out.
+
+Every event of the backlog passes through :meth:`BatchBuilder.add_record` once, so its cost per
+event bounds the scan (at ten million events, most of a catch-up's time). What the rows mean,
+the skeleton, the replay rule and the collapse are explained in :mod:`applier.catchup.rows`;
+this module only does it with C locals and no Python call per event. Commit ts are held as
+64-bit integers: the decoder's ts fit, and one that does not fails the record (as it did before).
+"""
+
+import pickle
+
+
+from applier.catchup.rows import (
+    DDL,
+    RESOLVED,
+    ROW,
+    STATS,
+    bundle_row,
+    dump_images,
+    key_only,
+    old_handle_key,
+    record_digest,
+    rows_batch,
+)
+from applier.codec.events import (
+    DDLEvent,
+    LargeMessageEvent,
+    ResolvedEvent,
+    RowEvent,
+    RowKind,
+    handle_key_names,
+)
+from applier.large_messages.errors import LargeMessageNotConfigured
+
+cdef object _INSERT = RowKind.INSERT
+cdef object _UPDATE = RowKind.UPDATE
+cdef object _DELETE = RowKind.DELETE
+cdef long long _MAX_TS = (1 << 63) - 1
+cdef int _PICKLE = pickle.HIGHEST_PROTOCOL
+cdef object _dumps = pickle.dumps
+cdef tuple _NO_NAMES = ()
+
+
+cdef class BatchBuilder:
+    """Accumulates events as Arrow columns; ``flush()`` returns a RecordBatch and starts anew.
+
+    ``lower_ts``: keyed rows at or below it are not applied by this catch-up, so they are only
+    emitted as skeleton rows, without images or key. ``collapse_upto``: ops at or below it are
+    collapsed to the last op per handle key (``rows`` module docstring); ``max_keys`` bounds the
+    winners held before they are written out.
+    """
+
+    cdef readonly object lower_ts
+    cdef readonly object collapse_upto
+    cdef readonly Py_ssize_t max_keys
+    cdef readonly Py_ssize_t records
+    cdef readonly Py_ssize_t row_events
+    cdef readonly Py_ssize_t data_rows  # rows written out for the writers (ops and collapse winners)
+    cdef long long _lower
+    cdef long long _upto  # -1: no collapsing
+    cdef list _rows  # rows the writers read
+    cdef list _skel  # skeleton rows: bundled at each flush (rows module docstring)
+    # collapse: (segment, schema, table) -> key -> [ts, prio, part, off, idx, op, new, old, lo]
+    cdef dict _best
+    cdef Py_ssize_t _best_keys
+    cdef Py_ssize_t _segment
+    cdef dict _obs  # per partition: highest resolved ts read so far
+    # (schema, table) -> image column names -> handle-key column names (see _names)
+    cdef dict _key_names
+    # the last group _op looked up (rows of a record are mostly of one table): group, table, dict
+    cdef object _last_group
+    cdef tuple _last_table
+    cdef dict _last_best
+
+    def __init__(self, lower_ts, *, collapse_upto=None, Py_ssize_t max_keys=200_000):
+        self.lower_ts = lower_ts
+        self.collapse_upto = collapse_upto
+        self.max_keys = max_keys
+        # Below 0 nothing is at or below it; above the ts range everything is.
+        self._lower = -1 if lower_ts < 0 else min(lower_ts, _MAX_TS)
+        self._upto = -1 if collapse_upto is None or collapse_upto < 0 else min(collapse_upto, _MAX_TS)
+        self._rows = []
+        self._skel = []
+        self._best = {}
+        self._best_keys = 0
+        self._segment = 0
+        self._obs = {}
+        self._key_names = {}
+        self._last_group = None
+        self.records = 0
+        self.row_events = 0
+        self.data_rows = 0
+
+    def __len__(self):
+        """Rows ready to flush (collapse winners join them when written out)."""
+        return len(self._rows) + len(self._skel)
+
+    cdef tuple _names(self, tuple table, dict row):
+        """The handle-key column names of an image of ``table``, cached per table and column
+        list: within one segment (between two DDL records) a table's column list always has the
+        same flags. Two tables may share a column list with other keys, and a DDL may move the
+        key without changing the columns (``ADD PRIMARY KEY``): hence the table in the cache's
+        key, and a new cache at each DDL record."""
+        cdef dict by_cols = self._key_names.get(table)
+        if by_cols is None:
+            by_cols = self._key_names[table] = {}
+        cdef tuple cols = tuple(row)
+        cdef object names = by_cols.get(cols)
+        if names is None:
+            names = by_cols[cols] = tuple(handle_key_names(row))
+        return <tuple>names
+
+    def add_record(self, partition, offset, events, raw):
+        """Append the events of one decoded record (raises LargeMessageNotConfigured like the daemon).
+
+        One pass writes each row's ops (or keeps them as collapse winners); the skeleton rows of
+        the record follow, once the whole record tells which rows they are."""
+        cdef list rows = []  # (index, event, keyed) of the row events
+        cdef list skeleton = self._skel
+        cdef object obs = self._obs.get(partition)
+        cdef long long c_obs = -1 if obs is None else obs
+        cdef bint keyless = False
+        cdef Py_ssize_t i = 0
+        cdef long long ts
+        cdef tuple nn, on, table, key, okey
+        cdef object new, old, kind
+        self.records += 1
+        for ev in events:
+            if type(ev) is RowEvent:
+                if ev.commit_ts > _MAX_TS:
+                    raise ValueError(f"commit ts {ev.commit_ts} at partition {partition} offset {offset}")
+                ts = ev.commit_ts
+                new = ev.new
+                old = ev.old
+                table = (ev.schema, ev.table)
+                nn = self._names(table, new) if new else _NO_NAMES
+                on = self._names(table, old) if old else _NO_NAMES
+                if not nn and not on:
+                    keyless = True
+                    rows.append((i, ev, False))
+                    i += 1
+                    continue
+                rows.append((i, ev, True))
+                # Not applied: already downstream, or a replayed copy of a row read before (the
+                # daemon's rule 2). Its skeleton stub (below) is all that remains of it.
+                if ts <= self._lower or (c_obs >= 0 and ts <= c_obs):
+                    i += 1
+                    continue
+                kind = ev.kind
+                if kind is _DELETE:
+                    assert old is not None, "the decoder always gives a delete its old image"
+                    key = (on, _values(old, on))
+                    self._op(partition, offset, i, table, ts, _DELETE, key, None, key_only(old, on))
+                    i += 1
+                    continue
+                assert new is not None, "the decoder always gives an insert/update its new image"
+                key = (nn, _values(new, nn))
+                if kind is _UPDATE and old is not None:
+                    if on == nn or not nn:
+                        okey = (on, _values(old, on))
+                    else:
+                        okey = old_handle_key(old, new, key)
+                    if okey != key:
+                        # The same two ops plan_table makes of a key change, now one per key.
+                        self._op(partition, offset, i, table, ts, _DELETE, okey, None, key_only(old, okey[0]))
+                        self._op(partition, offset, i, table, ts, _INSERT, key, new, None)
+                        i += 1
+                        continue
+                self._op(partition, offset, i, table, ts, kind, key, new, None)
+            elif isinstance(ev, ResolvedEvent):
+                if obs is None or ev.ts > obs:
+                    obs = ev.ts
+                    c_obs = min(obs, _MAX_TS)
+                skeleton.append((RESOLVED, partition, offset, i, min(ev.ts, _MAX_TS), None, None, None,
+                                 None, True, None, None, None, None, None, min(ev.ts, _MAX_TS)))
+            elif isinstance(ev, DDLEvent):
+                # No resolved ts implied: rows of tables the DDL does not block may still follow
+                # with a smaller ts (docs/open-protocol.md §5.4).
+                self._segment += 1  # never collapse across a DDL record (see the rows module)
+                self._key_names = {}
+                self._last_group = None
+                skeleton.append((DDL, partition, offset, i, ev.commit_ts, ev.schema, ev.table, None,
+                                 None, True, None, None, ev.query, ev.ddl_type, None, ev.commit_ts))
+            elif isinstance(ev, LargeMessageEvent):
+                raise LargeMessageNotConfigured(ev)
+            else:  # the decoder returns nothing else
+                raise TypeError(f"not a decoded event: {type(ev).__name__}")
+            i += 1
+        if obs is not None:
+            self._obs[partition] = obs
+        if not rows:
+            return
+        self.row_events += len(rows)
+        cdef list marks = _skeleton_marks(rows)
+        cdef object digest = record_digest(*raw) if keyless else None
+        cdef Py_ssize_t j
+        cdef tuple row
+        for j in range(len(rows)):
+            if not marks[j]:
+                continue
+            row = <tuple>rows[j]
+            ev = row[1]
+            ts = ev.commit_ts
+            if row[2]:  # a stub: the skeleton needs no image
+                skeleton.append((ROW, partition, offset, row[0], ts, ev.schema, ev.table, int(ev.kind), True,
+                                 True, None, None, None, None, None, ts))
+            else:  # a keyless row travels whole: the driver applies it (rows module docstring)
+                img = dump_images(ev.new, ev.old, ev.row_id) if ts > self._lower else None
+                skeleton.append((ROW, partition, offset, row[0], ts, ev.schema, ev.table, int(ev.kind), False,
+                                 True, None, img, None, None, digest, ts))
+
+    cdef _op(self, part, off, Py_ssize_t i, tuple table, long long ts, kind, tuple key, new, old):
+        """One op on one key: written out as a row, or (collapse) kept if it wins over the key's last.
+
+        The winner of a key is its op with the greatest (commit ts, delete 0 / upsert 1), a later
+        arrival winning ties: the op ``plan_table``'s stable sort puts last. Keeping only winners of
+        a part of the stream and letting the writers pick among them gives the same final state.
+        """
+        if self._upto < 0 or ts > self._upto:
+            self.data_rows += 1
+            self._rows.append((ROW, part, off, i, ts, table[0], table[1], int(kind), True, False,
+                               _dumps(key, _PICKLE), _dumps((new, old), _PICKLE), None, None, None, ts))
+            return
+        cdef int prio = 0 if kind is _DELETE else 1
+        cdef dict best
+        if self._last_group is not None and self._last_table == table:
+            best = self._last_best
+        else:
+            group = (self._segment, table[0], table[1])
+            best = self._best.get(group)
+            if best is None:
+                best = self._best[group] = {}
+            self._last_group = group
+            self._last_table = table
+            self._last_best = best
+        cdef list cur = best.get(key)
+        cdef long long lo, cur_ts
+        if cur is None:
+            best[key] = [ts, prio, part, off, i, kind, new, old, ts]
+            self._best_keys += 1
+            if self._best_keys >= self.max_keys:
+                self._flush_best()
+            return
+        cur_ts = cur[0]
+        if ts > cur_ts or (ts == cur_ts and prio >= <int>cur[1]):
+            lo = cur[8]
+            cur[0] = ts
+            cur[1] = prio
+            cur[2] = part
+            cur[3] = off
+            cur[4] = i
+            cur[5] = kind
+            cur[6] = new
+            cur[7] = old
+            if ts < lo:
+                cur[8] = ts
+        elif ts < <long long>cur[8]:
+            cur[8] = ts
+
+    cdef _flush_best(self):
+        cdef list append = self._rows
+        for (_seg, scm, tbl), best in self._best.items():
+            self.data_rows += len(best)
+            for key, (ts, _prio, part, off, i, kind, new, old, lo) in best.items():
+                append.append((ROW, part, off, i, ts, scm, tbl, int(kind), True, False,
+                               _dumps(key, _PICKLE), _dumps((new, old), _PICKLE), None, None, None, lo))
+        self._best = {}
+        self._best_keys = 0
+        self._last_group = None
+
+    def add_stats(self, partition, filtered=()):
+        """The range's counters row (kind STATS): ``off`` = records read, ``ts`` = row events,
+        ``idx`` = rows for the writers (collapse winners written out first); and a STATS row with
+        zero counts naming each table (``tbl`` empty: schema) ``filtered`` out."""
+        if self._best:
+            self._flush_best()
+        self._skel.append((STATS, partition, self.records, self.data_rows, self.row_events, None, None, None, None,
+                           True, None, None, None, None, None, self.row_events))
+        for schema, table in sorted(filtered):
+            self._skel.append((STATS, partition, 0, 0, 0, schema, table, None, None, True, None, None,
+                               None, None, None, 0))
+
+    def flush(self, final=False):
+        """The rows so far as one batch; ``final`` also writes out the collapse winners."""
+        if final and self._best:
+            self._flush_best()
+        rows, self._rows = self._rows, []
+        if self._skel:
+            rows.append(bundle_row(self._skel[0][1], self._skel))
+            self._skel = []
+        return rows_batch(rows)
+
+
+cdef inline tuple _values(dict row, tuple names):
+    """The values of the columns ``names`` of an image (a handle key's values)."""
+    if len(names) == 1:
+        return (row[names[0]]["v"],)
+    return tuple([row[n]["v"] for n in names])
+
+
+cdef list _skeleton_marks(list rows):
+    """Which rows of one record go into the skeleton (``rows`` module docstring): keyless rows
+    always; per table the first and last keyed row when their commit ts never decrease, else all.
+
+    ``rows`` are ``add_record``'s (index, event, keyed)."""
+    cdef Py_ssize_t n = len(rows), j, k
+    cdef list marks = [False] * n
+    cdef dict by_table = {}
+    cdef list positions
+    cdef tuple row
+    cdef bint ordered
+    for j in range(n):
+        row = <tuple>rows[j]
+        if not row[2]:
+            marks[j] = True
+            continue
+        ev = row[1]
+        t = (ev.schema, ev.table)
+        positions = by_table.get(t)
+        if positions is None:
+            by_table[t] = [j]
+        else:
+            positions.append(j)
+    for positions in by_table.values():
+        ordered = True
+        for k in range(len(positions) - 1):
+            if rows[positions[k]][1].commit_ts > rows[positions[k + 1]][1].commit_ts:
+                ordered = False
+                break
+        if ordered:
+            marks[positions[0]] = True
+            marks[positions[len(positions) - 1]] = True
+        else:
+            for j in positions:
+                marks[j] = True
+    return marks
