@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from applier.catchup.batch_builder import BatchBuilder
 from applier.catchup.offsets import OffsetRange
 from applier.catchup.rows import SPARK_SCHEMA
 from applier.codec.decoder import DecoderOptions, decode_record
@@ -50,6 +49,15 @@ from applier.kafka.reader import KafkaReadError, base_consumer_config, is_fatal_
 from applier.large_messages.resolver import LargeMessageQueue
 from applier.large_messages.settings import LargeMessageSettings
 from applier.stream.table_filter import EventFilter, TableFilter
+
+try:
+    from applier.catchup.batch_builder import BatchBuilder
+except ImportError as _e:  # an install from before the module existed: one clear line
+    raise ImportError(
+        f"the catch-up readers' compiled loop (applier/catchup/batch_builder.pyx) cannot be imported "
+        f"({_e}): rebuild it with `pip install -e .` in the checkout (needs a C compiler and the "
+        "Python headers)"
+    ) from _e
 
 SOURCE_NAME = "ticdc_open_protocol"
 STALL_SECONDS = 120.0  # no record for this long inside a range that should hold more: give up
