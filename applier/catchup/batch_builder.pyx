@@ -4,12 +4,13 @@
 Every event of the backlog passes through :meth:`BatchBuilder.add_record` once, so its cost per
 event bounds the scan (at ten million events, most of a catch-up's time). What the rows mean,
 the skeleton, the replay rule and the collapse are explained in :mod:`applier.catchup.rows`;
-this module only does it with C locals and no Python call per event. Commit ts are held as
-64-bit integers: the decoder's ts fit, and one that does not fails the record (as it did before).
+this module only does it with C locals, typed containers and few Python-level calls per event.
+Commit ts are held as 64-bit integers: the decoder's ts fit, and one that does not fails the record.
+The skeleton rows leave in bundles (``rows.bundle_row``): the JVM then carries a few large rows
+instead of one small row per stub.
 """
 
 import pickle
-
 
 from applier.catchup.rows import (
     DDL,

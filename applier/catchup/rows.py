@@ -99,8 +99,6 @@ ARROW_SCHEMA = pa.schema(
 )
 _COLUMNS = tuple(ARROW_SCHEMA.names)
 _PICKLE = pickle.HIGHEST_PROTOCOL
-_INSERT, _UPDATE, _DELETE = RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE
-_MAX_TS = (1 << 63) - 1
 
 Places = Mapping[int, tuple[str, int]]
 """Several topics: the Kafka topic and partition of each partition id (slot) the job reads."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -67,7 +69,7 @@ def restore_backup(cf: Changefeed, sim: Simulation, ts: int) -> None:
         conn.close()
 
 
-def catchup_flags(cf: Changefeed, from_ts: int, *more: str) -> list[str]:
+def catchup_flags(cf: Changefeed, from_ts: int, *more: str, master: str = "local[2]") -> list[str]:
     return [
         "--kafka-bootstrap",
         cf.bootstrap,
@@ -82,11 +84,51 @@ def catchup_flags(cf: Changefeed, from_ts: int, *more: str) -> list[str]:
         "--from-ts",
         str(from_ts),
         "--spark-master",
-        "local[2]",
+        master,
         "--catchup-split-records",
         "150",
         *more,
     ]
+
+
+@dataclass
+class RunSummary:
+    """What a catch-up process printed in its summary (the fields the tests check)."""
+
+    resolved_ts: int
+    events: int
+    rows_written: int
+    ddls: int
+    epochs: int
+
+
+_SUMMARY_LINES = (
+    re.compile(r"catch-up done: window \(\d+, (?P<resolved_ts>\d+)\]"),
+    re.compile(r"row events (?P<events>\d+), rows written after collapse (?P<rows_written>\d+)"),
+    re.compile(r"DDLs executed (?P<ddls>\d+), epochs (?P<epochs>\d+)"),
+)
+
+
+def run_catchup_process(
+    cf: Changefeed, from_ts: int, *more: str, master: str, timeout: float = 300
+) -> RunSummary:
+    """A catch-up as its own process (on ``master``), to its end; its summary read from its output."""
+    proc = start_catchup_process(cf, from_ts, *more, master=master)
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with open(proc.log_path) as fh:  # type: ignore[attr-defined]
+        text = fh.read()
+    assert proc.returncode == 0, text[-4000:]
+    found: dict[str, int] = {}
+    for pattern in _SUMMARY_LINES:
+        m = pattern.search(text)
+        assert m is not None, f"no {pattern.pattern!r} in the catch-up's output: {text[-4000:]}"
+        found.update({k: int(v) for k, v in m.groupdict().items()})
+    return RunSummary(**found)
 
 
 def run_catchup_here(cf: Changefeed, from_ts: int, *more: str):
@@ -100,13 +142,16 @@ def run_catchup_here(cf: Changefeed, from_ts: int, *more: str):
 
 
 def start_catchup_process(
-    cf: Changefeed, from_ts: int, *more: str, start_new_session: bool = False
+    cf: Changefeed, from_ts: int, *more: str, start_new_session: bool = False, master: str = "local[2]"
 ) -> subprocess.Popen:
     """``python -m applier catchup ...`` in the background, output to a log file (``proc.log_path``).
 
     ``start_new_session``: the process (and the Spark JVM it starts) get their own process group,
-    so a test can kill both with one ``os.killpg``."""
+    so a test can kill both with one ``os.killpg``. ``master``: a ``spark://`` URL runs the job on
+    that cluster (the driver then binds to 127.0.0.1, where the test cluster's executors are)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIER_")}
+    if master.startswith("spark://"):
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
     fd, log_path = tempfile.mkstemp(prefix="catchup-", suffix=".log")
     with os.fdopen(fd, "wb") as out:
         proc = subprocess.Popen(
@@ -115,7 +160,7 @@ def start_catchup_process(
                 "-m",
                 "applier",
                 "catchup",
-                *catchup_flags(cf, from_ts, *more),
+                *catchup_flags(cf, from_ts, *more, master=master),
                 "--spark-conf",
                 "spark.driver.memory=1g",
             ],

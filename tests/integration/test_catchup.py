@@ -17,12 +17,30 @@ from tests.integration.catchup_support import (
     global_resolved_of,
     restore_backup,
     run_catchup_here,
+    run_catchup_process,
     table_checksums,
 )
 from tests.integration.harness import Changefeed
+from tests.integration.spark_cluster import standalone_cluster
 from tests.integration.test_daemon_filter import filter_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def spark_cluster_url():
+    with standalone_cluster() as cluster:
+        yield cluster.master_url
+
+
+@pytest.fixture(params=["local", "standalone"])
+def run_catchup(request):
+    """The catch-up in local mode (this process's session), or as its own process on a real standalone
+    cluster (a master and a worker started from the PySpark installation): the same test, both ways."""
+    if request.param == "local":
+        return run_catchup_here
+    url = request.getfixturevalue("spark_cluster_url")
+    return lambda cf, from_ts, *more: run_catchup_process(cf, from_ts, *more, master=url)
 
 
 def _checkpoint_rows(cf: Changefeed) -> dict[str, list[tuple]]:
@@ -52,7 +70,7 @@ def _rows_above_r(records) -> bool:
     return any(ev.commit_ts > r for rec in records for ev in rec.events if ev.kind == "row")
 
 
-def test_backlog_with_ddl_is_applied_and_handed_over_to_the_daemon(feed: Changefeed) -> None:
+def test_backlog_with_ddl_is_applied_and_handed_over_to_the_daemon(feed: Changefeed, run_catchup) -> None:
     cfg = StreamConfig(seed=21, partitions=3, transactions=260, schema=feed.new_schema())
     sim = simulate(cfg)
     alter = next(ev for ev in sim.ddl_events if ev.ddl_type == 5)
@@ -72,7 +90,7 @@ def test_backlog_with_ddl_is_applied_and_handed_over_to_the_daemon(feed: Changef
     assert x < alter.commit_ts <= expected_r, "the window must contain the DDL"
     assert any(x < ts <= expected_r for ts in sim.commit_ts)
 
-    summary = run_catchup_here(feed, x)
+    summary = run_catchup(feed, x)
     assert summary.resolved_ts == expected_r
     assert summary.ddls == 1 and summary.epochs == 2
     assert summary.events > 0 and 0 < summary.rows_written <= summary.events
@@ -82,7 +100,7 @@ def test_backlog_with_ddl_is_applied_and_handed_over_to_the_daemon(feed: Changef
 
     # Running it again changes nothing: same rows, same checkpoint.
     before = (table_checksums(feed, sim.schema), _checkpoint_rows(feed))
-    again = run_catchup_here(feed, x)
+    again = run_catchup(feed, x)
     assert again.rows_written == 0 and again.ddls == 0
     assert (table_checksums(feed, sim.schema), _checkpoint_rows(feed)) == before
 
