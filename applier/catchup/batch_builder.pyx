@@ -317,12 +317,7 @@ cdef list _skeleton_marks(list rows):
             marks[j] = True
             continue
         ev = row[1]
-        t = (ev.schema, ev.table)
-        positions = by_table.get(t)
-        if positions is None:
-            by_table[t] = [j]
-        else:
-            positions.append(j)
+        by_table.setdefault((ev.schema, ev.table), []).append(j)
     for positions in by_table.values():
         ordered = True
         for k in range(len(positions) - 1):
