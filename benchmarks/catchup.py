@@ -65,6 +65,7 @@ from _common import (
     table_ddl,
 )
 
+from applier.catchup.report import Summary
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.kafka.embedded_broker import start_broker
 
@@ -250,21 +251,11 @@ def raw_bulk_rate(
         admin.close()
 
 
-_SUMMARY = re.compile(r"seconds ([0-9.]+), row events/s [0-9]+ \((.*)\)")
-
-
 def catchup_stages(log_path: str) -> tuple[float, dict[str, float]]:
-    """(seconds the job itself counted, {stage: seconds}) from the catch-up's summary line."""
+    """(seconds the job itself counted, {stage: seconds}) from the catch-up's summary lines."""
     with open(log_path, errors="replace") as fh:
-        for line in fh:
-            m = _SUMMARY.search(line)
-            if m:
-                stages = {}
-                for part in m.group(2).split(", "):
-                    name, _, secs = part.rpartition(" ")
-                    stages[name] = float(secs.rstrip("s"))
-                return float(m.group(1)), stages
-    return 0.0, {}
+        summary = Summary.parse(fh.read())
+    return (0.0, {}) if summary is None else (summary.seconds, summary.stage_seconds)
 
 
 def cores_of(master: str) -> int:

@@ -123,8 +123,6 @@ class CatchupJob:
         self.dialect: Dialect | None = None
         self.ddl_executor: DDLExecutor | None = None
         self._session_thread: threading.Thread | None = None
-        self._started = time.monotonic()
-        self._data_rows = 0  # rows the readers wrote for the writers (sizes the writer partitions)
         self._session_error: BaseException | None = None
 
     # -- downstream helpers --------------------------------------------------------------------
@@ -160,7 +158,7 @@ class CatchupJob:
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Summary:
-        started = self._started = time.monotonic()
+        started = time.monotonic()
         source: OffsetSource | None = self._offsets
         own_source = source is None
         if self._spark is None:
@@ -175,7 +173,7 @@ class CatchupJob:
                 cfg = self.cfg
                 conf = base_consumer_config(cfg.kafka_bootstrap, cfg.group_id, cfg.kafka_config)
                 source = KafkaOffsets(Consumer(KafkaClientLog().install(conf)), self.topics)
-            self._run(ckpt, source)
+            self._run(ckpt, source, started)
         finally:
             if own_source and isinstance(source, KafkaOffsets):
                 source.close()
@@ -210,7 +208,7 @@ class CatchupJob:
         register(self._spark)
         return self._spark
 
-    def _run(self, ckpt: Checkpoint, source: OffsetSource) -> None:
+    def _run(self, ckpt: Checkpoint, source: OffsetSource, started: float) -> None:
         cfg = self.cfg
         s = self.summary
         g = ckpt.resolved_ts
@@ -254,7 +252,7 @@ class CatchupJob:
         progress = Progress(spark, self.log, self._progress_interval)
         # Until here: the downstream's and Kafka's planning while the JVM started (reported alone:
         # it does not grow with the backlog).
-        progress.stage_seconds["start-up"] = time.monotonic() - self._started
+        progress.stage_seconds["start-up"] = time.monotonic() - started
         progress.start()
         decoded = None
         try:
@@ -283,7 +281,6 @@ class CatchupJob:
                 skeleton_tab = unbundle(bundles).select(list(SKELETON_COLUMNS))
             skeleton = Skeleton.from_arrow(skeleton_tab, self.topic, places)
             s.records, s.events = skeleton.records_read, skeleton.row_events
-            self._data_rows = skeleton.data_rows
             if self.tables is not None:  # the reading tasks dropped them; said here, once each
                 for schema, table in sorted(skeleton.filtered_tables):
                     self.tables.note_skipped(schema, table)
@@ -304,8 +301,13 @@ class CatchupJob:
             s.resolved_ts = r
             ddls = [e.ddl for e in epochs if e.ddl is not None]  # in the order they run
             s.epochs = len(epochs)
+            # The rows the readers wrote for the writers: what sizes the writer partitions.
+            data_rows = skeleton.data_rows
             if decoded is not None and spec.collapse_upto is not None and len(epochs) > 1:
+                collapsed = decoded
                 decoded = self._uncollapse_if_needed(decoded, spec, ranges, epochs)
+                if decoded is not collapsed:
+                    data_rows = max(data_rows, s.events)  # read again: about one row per op
             table_floor = {t: ts for t, ts in ckpt.tables.items() if ts > lower}
             progress.stage("replay")
             replay = replay_skeleton(
@@ -332,9 +334,8 @@ class CatchupJob:
             )
             for epoch in epochs:
                 if epoch.has_rows and decoded is not None:
-                    self._apply_epoch(
-                        epoch, decoded, keyless.get(epoch.number, {}), table_floor, progress, places
-                    )
+                    plans = keyless.get(epoch.number, {})
+                    self._apply_epoch(epoch, decoded, plans, table_floor, progress, places, data_rows)
                 if epoch.ddl is not None:
                     progress.stage("ddl")
                     self._apply_ddl(epoch)
@@ -410,7 +411,6 @@ class CatchupJob:
             rows=straddling,
         )
         decoded.unpersist()
-        self._data_rows = max(self._data_rows, self.summary.events)  # about one row per op now
         plain = dataclasses.replace(spec, collapse_upto=None)
         return (
             self._spark.read.format(SOURCE_NAME)
@@ -453,6 +453,7 @@ class CatchupJob:
         table_floor: dict,
         progress: Progress,
         places: dict,
+        data_rows: int,
     ) -> None:
         from pyspark.sql import functions as F
 
@@ -462,7 +463,7 @@ class CatchupJob:
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
         parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
-        parts = max(parallel, -(-self._data_rows // ROWS_PER_WRITER))
+        parts = max(parallel, -(-data_rows // ROWS_PER_WRITER))
         rows = (
             decoded.filter(
                 (F.col("kind") == F.lit(ROW))

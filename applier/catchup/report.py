@@ -9,6 +9,7 @@ written, and an ETA for the stage from its elapsed time and the share done.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,24 @@ from applier.catchup.writer import WriteStats
 def partition_label(partition: int | tuple[str, int]) -> str:
     """A partition as logs name it: its number (one topic), or ``topic/partition`` (several)."""
     return f"{partition[0]}/{partition[1]}" if isinstance(partition, tuple) else str(partition)
+
+
+# What Summary.lines() prints, read back by Summary.parse (same order as the lines).
+_SUMMARY_LINES = (
+    re.compile(
+        r"catch-up done: window \((?P<lower_ts>\d+), (?P<resolved_ts>\d+)\] \(from-ts (?P<from_ts>\d+)\)"
+    ),
+    re.compile(
+        r"records read (?P<records>\d+), row events (?P<events>\d+), rows written after collapse \d+ "
+        r"\(delete (?P<deletes>\d+), replace (?P<replaces>\d+), keyless (?P<inserts>\d+)\)"
+    ),
+    re.compile(
+        r"DDLs executed (?P<ddls>\d+), epochs (?P<epochs>\d+), keyless replays dropped "
+        r"(?P<keyless_replays_dropped>\d+), retried transactions (?P<retries>\d+)"
+    ),
+    re.compile(r"seconds (?P<seconds>[0-9.]+), row events/s \d+(?: \((?P<stages>[^)]*)\))?"),
+)
+_WRITE_FIELDS = ("deletes", "replaces", "inserts", "retries")
 
 
 @dataclass
@@ -67,6 +86,26 @@ class Summary:
                 for p, o in sorted(self.resume_offsets.items())  # type: ignore[type-var]
             ),
         ]
+
+    @classmethod
+    def parse(cls, text: str) -> Summary | None:
+        """The summary a catch-up printed (its ``lines()``, e.g. in a process's output), or None when
+        ``text`` holds none; what the lines do not show (offsets, ``nothing_to_do``) stays default."""
+        found: dict[str, str] = {}
+        for pattern in _SUMMARY_LINES:
+            m = pattern.search(text)
+            if m is None:
+                return None
+            found.update({k: v for k, v in m.groupdict().items() if v is not None})
+        stages = {}
+        for part in filter(None, found.pop("stages", "").split(", ")):
+            name, _, secs = part.rpartition(" ")
+            stages[name] = float(secs.rstrip("s"))
+        writes = WriteStats(**{k: int(found.pop(k)) for k in _WRITE_FIELDS})
+        seconds = float(found.pop("seconds"))
+        return cls(
+            **{k: int(v) for k, v in found.items()}, writes=writes, seconds=seconds, stage_seconds=stages
+        )
 
 
 class Progress:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -91,28 +89,10 @@ def catchup_flags(cf: Changefeed, from_ts: int, *more: str, master: str = "local
     ]
 
 
-@dataclass
-class RunSummary:
-    """What a catch-up process printed in its summary (the fields the tests check)."""
+def run_catchup_process(cf: Changefeed, from_ts: int, *more: str, master: str, timeout: float = 300):
+    """A catch-up as its own process (on ``master``), to its end; its Summary read from its output."""
+    from applier.catchup.report import Summary
 
-    resolved_ts: int
-    events: int
-    rows_written: int
-    ddls: int
-    epochs: int
-
-
-_SUMMARY_LINES = (
-    re.compile(r"catch-up done: window \(\d+, (?P<resolved_ts>\d+)\]"),
-    re.compile(r"row events (?P<events>\d+), rows written after collapse (?P<rows_written>\d+)"),
-    re.compile(r"DDLs executed (?P<ddls>\d+), epochs (?P<epochs>\d+)"),
-)
-
-
-def run_catchup_process(
-    cf: Changefeed, from_ts: int, *more: str, master: str, timeout: float = 300
-) -> RunSummary:
-    """A catch-up as its own process (on ``master``), to its end; its summary read from its output."""
     proc = start_catchup_process(cf, from_ts, *more, master=master)
     try:
         proc.wait(timeout=timeout)
@@ -123,12 +103,9 @@ def run_catchup_process(
     with open(proc.log_path) as fh:  # type: ignore[attr-defined]
         text = fh.read()
     assert proc.returncode == 0, text[-4000:]
-    found: dict[str, int] = {}
-    for pattern in _SUMMARY_LINES:
-        m = pattern.search(text)
-        assert m is not None, f"no {pattern.pattern!r} in the catch-up's output: {text[-4000:]}"
-        found.update({k: int(v) for k, v in m.groupdict().items()})
-    return RunSummary(**found)
+    summary = Summary.parse(text)
+    assert summary is not None, f"no summary in the catch-up's output: {text[-4000:]}"
+    return summary
 
 
 def run_catchup_here(cf: Changefeed, from_ts: int, *more: str):
