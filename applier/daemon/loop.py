@@ -94,15 +94,19 @@ class Daemon:
     flight, the one prepared after it and the rows read meanwhile fit in ``READ_AHEAD_ROWS``,
     and that applying and reading overlap in steps of half a second or so."""
     READ_AHEAD_ROWS = 90_000
-    """Rows in memory, the window in flight and the one prepared after it included: while a
-    window is in flight, reading stops once this many rows are cached; with none in flight (at
-    start, or while the barrier waits for a partition), the partitions ahead of the barrier are
-    paused at this many (the ones holding it back keep being read). Rows, not bytes, because
-    they are what costs: a decoded row is about 2 KB of Python objects whatever its size on the
-    wire, and the process's peak RSS follows the peak of this count (benchmarks/apply.py: about
-    2.5 KB of RSS per row cached; ``--max-cached-bytes`` still bounds wide rows). When applying
-    is the bottleneck, reading further would only grow memory. Before it bounded the start too,
-    the partitions far ahead (``AHEAD_ROWS`` each) filled ~130,000 rows before the first window."""
+    """Rows in memory, the window in flight and the one prepared after it included: while the
+    barrier can release a window after the one in flight, reading stops once this many rows are
+    cached; while it cannot (nothing in flight, or a partition holds it back at or below the
+    window in flight), the partitions ahead of the barrier are paused at this many and the ones
+    holding it back keep being read. (Stopping all reading then left the database idle after
+    each such commit while those records were read: 62-65k -> 68-70k rows/s in
+    benchmarks/apply.py.) Rows, not bytes, because they are what costs: a decoded row is about
+    2 KB of Python objects whatever its size on the wire, and the process's peak RSS follows the
+    peak of this count (benchmarks/apply.py: about 2.5 KB of RSS per row cached;
+    ``--max-cached-bytes`` still bounds wide rows). When applying is the bottleneck, reading
+    further would only grow memory. Before it bounded the start too, the partitions far ahead
+    (``AHEAD_ROWS`` each) filled ~130,000 rows before the first window. 60,000 rows (and windows
+    of 20,000) kept the benchmark's peak RSS near 300 MiB but cost about a tenth of its rate."""
     GC_THRESHOLDS = (1_000_000, 50, 100)
     """Cyclic-GC thresholds for the loop (see ``_loop``): a young collection every million
     allocations, older generations almost never. None of the hot-path objects (events, rows,
@@ -405,6 +409,12 @@ class Daemon:
         pending = self._inflight
         if pending is None:
             return reader.poll(self.POLL_RECORDS, self.POLL_TIMEOUT)
+        if self._waits_for_input():
+            # No window can follow the one in flight before the partitions holding the barrier
+            # back are read further (``_pace`` pauses the others once READ_AHEAD_ROWS are
+            # cached). Waiting for the window in flight instead would leave the database idle
+            # after its commit while those records are read and decoded.
+            return reader.poll(self.POLL_RECORDS, self.POLL_TIMEOUT)
         if barrier.total_cached_rows() > self.READ_AHEAD_ROWS:
             # Enough is cached for the next window: let the one in flight finish first rather
             # than grow memory (applying is the bottleneck right now).
@@ -416,6 +426,13 @@ class Daemon:
         if not records:
             pending.wait(self.POLL_TIMEOUT)
         return records
+
+    def _waits_for_input(self) -> bool:
+        """True while the barrier cannot release anything after the window in flight (or with none
+        in flight) until more records are read: its global resolved ts is not past that window."""
+        assert self.barrier is not None
+        pending = self._inflight
+        return pending is None or self.barrier.global_resolved() <= pending.window.target_ts
 
     # -- stage: decode and feed ----------------------------------------------------------------
     def _feed(self, records: list[Record]) -> None:
@@ -537,13 +554,13 @@ class Daemon:
         if self.watch.several:
             self.watch.probe_quiet(self._unfed(), now)
         # Back-pressure: stop reading the partitions that are ahead of the barrier when the cache
-        # is over --max-cached-bytes (or over READ_AHEAD_ROWS with no window in flight: with one,
-        # ``_read`` stops reading instead), or when one of them alone is AHEAD_ROWS ahead; the
-        # ones holding the barrier back keep being read, so it always moves.
+        # is over --max-cached-bytes (or over READ_AHEAD_ROWS while the barrier waits for input:
+        # else ``_read`` stops reading instead), or when one of them alone is AHEAD_ROWS ahead;
+        # the ones holding the barrier back keep being read, so it always moves.
         ahead = barrier.partitions_far_ahead(self.AHEAD_ROWS, reader.paused)
         if large is not None:
             ahead |= large.over_limit()  # fetched rows wait in memory: bounded too
-        rows = self.READ_AHEAD_ROWS if self._inflight is None else None
+        rows = self.READ_AHEAD_ROWS if self._waits_for_input() else None
         to_pause = barrier.partitions_to_pause(cfg.max_cached_bytes, rows) | ahead
         if to_pause - reader.paused:
             reader.pause(to_pause)
