@@ -26,7 +26,8 @@ import orjson
 import pymysql
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = "sbtest1"
+TABLE = "sbtest1"  # the first (with one table, the only) table of the stream
+PAD_BYTES = 59  # sysbench's pad value: 5 groups of 11 digits; its column is CHAR(60)
 BATCH_EVENTS = 16  # TiCDC's default max-batch-size
 _U64 = struct.Struct(">Q")
 _VERSION = _U64.pack(1)
@@ -34,13 +35,21 @@ _VERSION = _U64.pack(1)
 # TiCDC flags: ints carry the binary-charset flag; id is handle + primary key; k is in an index.
 _F_ID = 0x01 | 0x02 | 0x08
 _F_K = 0x01 | 0x20
-_TYPE_INT, _TYPE_CHAR = 3, 254
+_TYPE_INT, _TYPE_VARCHAR, _TYPE_CHAR = 3, 15, 254
 
 
-def table_ddl(schema: str, table: str = TABLE) -> str:
+def table_names(tables: int) -> list[str]:
+    """The names of a stream of ``tables`` tables, as sysbench names them: sbtest1..sbtestN."""
+    return [f"sbtest{number}" for number in range(1, tables + 1)]
+
+
+def table_ddl(schema: str, table: str = TABLE, pad_bytes: int = PAD_BYTES) -> str:
+    """sysbench's table; ``pad`` is CHAR(60) at sysbench's width, else a VARCHAR just wide enough
+    (CHAR stops at 255 characters)."""
+    pad_column = "CHAR(60)" if pad_bytes == PAD_BYTES else f"VARCHAR({pad_bytes})"
     return (
         f"CREATE TABLE `{schema}`.`{table}` (`id` INT NOT NULL, `k` INT NOT NULL DEFAULT 0, "
-        "`c` CHAR(120) NOT NULL DEFAULT '', `pad` CHAR(60) NOT NULL DEFAULT '', "
+        f"`c` CHAR(120) NOT NULL DEFAULT '', `pad` {pad_column} NOT NULL DEFAULT '', "
         "PRIMARY KEY (`id`), KEY `k_1` (`k`))"
     )
 
@@ -48,16 +57,19 @@ def table_ddl(schema: str, table: str = TABLE) -> str:
 # -- the stream -------------------------------------------------------------------------------
 
 
-def _digits(rng: random.Random, groups: int) -> str:
-    """sysbench's c/pad filler: groups of 11 digits joined by '-' (119 / 59 characters)."""
-    return "-".join(f"{rng.randrange(10**11):011d}" for _ in range(groups))
+def _filler(rng: random.Random, length: int) -> str:
+    """sysbench's c/pad filler: groups of 11 digits joined by '-', cut to ``length`` characters
+    (sysbench's own widths, 119 and 59, are whole groups: the same draws as ever)."""
+    groups = (length + 12) // 12
+    return "-".join(f"{rng.randrange(10**11):011d}" for _ in range(groups))[:length]
 
 
 @dataclass
 class Stream:
-    """What the generator produced: the table state after the last transaction, and counts."""
+    """What the generator produced: the tables' state after the last transaction, and counts."""
 
-    final: dict[int, tuple[int, str, str]] = field(default_factory=dict)
+    final: dict[int, tuple[int, str, str]] = field(default_factory=dict)  # sbtest1's rows by id
+    finals: list[dict[int, tuple[int, str, str]]] = field(default_factory=list)  # every table's: final first
     events: int = 0
     inserts: int = 0
     updates: int = 0
@@ -69,6 +81,15 @@ class Stream:
 
     produced: int = 0  # records produced: the row records, the DDL and resolved broadcasts
     produce_s: float = 0.0  # seconds generating and producing them took
+
+    def __post_init__(self) -> None:
+        if not self.finals:
+            self.finals.append(self.final)
+
+    @property
+    def final_rows(self) -> int:
+        """Rows over every table after the last transaction."""
+        return sum(len(final) for final in self.finals)
 
     def summary(self, detail: str = "") -> str:
         """What every benchmark prints about its stream once produced (``detail`` after the count
@@ -85,35 +106,60 @@ class Generator:
 
     Row events of one partition are batched 16 per record in commit-ts order; before each resolved
     broadcast every partition's partial batch is flushed, so a resolved R follows every row <= R.
+
+    ``tables``: the tables sbtest1..sbtestN (each its own CREATE TABLE, its own ids and final
+    state); each row event goes to one of them, picked uniformly, so that a transaction may span
+    several. ``pad_bytes``: the length of the ``pad`` values, the knob of the row width. At the
+    defaults the stream is the one-table stream of sysbench's width, byte for byte the same for
+    the same seed (the table pick draws nothing then), so results stay comparable.
     """
 
-    def __init__(self, schema: str, partitions: int, seed: int, resolved_every: int) -> None:
+    def __init__(
+        self,
+        schema: str,
+        partitions: int,
+        seed: int,
+        resolved_every: int,
+        *,
+        tables: int = 1,
+        pad_bytes: int = PAD_BYTES,
+    ) -> None:
         self.schema = schema
         self.partitions = partitions
         self.rng = random.Random(seed)
         self.resolved_every = resolved_every
+        self.tables = tables
+        self.table_names = table_names(tables)
+        self.pad_bytes = pad_bytes
+        self.pad_type = _TYPE_CHAR if pad_bytes == PAD_BYTES else _TYPE_VARCHAR  # as ``table_ddl``
         rng = random.Random(seed + 1)
-        self.c_pool = [_digits(rng, 10) for _ in range(4096)]
-        self.pad_pool = [_digits(rng, 5) for _ in range(4096)]
+        self.c_pool = [_filler(rng, 119) for _ in range(4096)]
+        self.pad_pool = [_filler(rng, pad_bytes) for _ in range(4096)]
         self.key_prefix = b'{"ts":'
-        self.key_suffix = f',"scm":"{schema}","tbl":"{TABLE}","t":1}}'.encode()
+        self.key_suffixes = [
+            f',"scm":"{schema}","tbl":"{name}","t":1}}'.encode() for name in self.table_names
+        ]
+        self.key_suffix = self.key_suffixes[0]
         self.pending: list[list[tuple[bytes, bytes]]] = [[] for _ in range(partitions)]
         self.stream = Stream()
-        self.create_table_ts = 0  # the commit ts of the CREATE TABLE, once ``records`` sent it
+        self.stream.finals.extend({} for _ in range(tables - 1))
+        self.create_table_ts = 0  # the commit ts of the first CREATE TABLE, once ``records`` sent it
         self._r = 0.0  # the draw of ``_inserts`` that ``_deletes`` decides by
 
     # Column order is by name (TiCDC marshals a Go map): c, id, k, pad.
-    @staticmethod
-    def _image(row_id: int, k: int, c: str, pad: str) -> str:
+    def _image(self, row_id: int, k: int, c: str, pad: str) -> str:
         return (
             f'{{"c":{{"t":{_TYPE_CHAR},"f":0,"v":"{c}"}},'
             f'"id":{{"t":{_TYPE_INT},"h":true,"f":{_F_ID},"v":{row_id}}},'
             f'"k":{{"t":{_TYPE_INT},"f":{_F_K},"v":{k}}},'
-            f'"pad":{{"t":{_TYPE_CHAR},"f":0,"v":"{pad}"}}}}'
+            f'"pad":{{"t":{self.pad_type},"f":0,"v":"{pad}"}}}}'
         )
 
-    def partition_of(self, row_id: int) -> int:
-        return ((row_id * 2654435761) & 0xFFFFFFFF) % self.partitions  # index-value dispatcher
+    def partition_of(self, row_id: int, table_no: int = 0) -> int:
+        """The partition of row ``row_id`` of the ``table_no``-th table (from 0): TiCDC's
+        index-value dispatcher hashes the table's name with the key, so equal ids of two tables
+        land apart; the first table's hash is the key's alone."""
+        return ((row_id * 2654435761 + table_no * 0x9E3779B9) & 0xFFFFFFFF) % self.partitions
 
     def _frame(self, pairs: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
         kparts = [_VERSION]
@@ -207,35 +253,44 @@ class Generator:
         """(partition, key, value) of every record, in production order."""
         rng = self.rng
         st = self.stream
-        final = st.final
-        live: list[int] = []
-        where: dict[int, int] = {}
+        tables = self.tables
+        # per table (by its index): its rows now, the live ids (to pick from) and where each
+        # stands in that list, the next id to insert
+        finals = st.finals
+        lives: list[list[int]] = [[] for _ in range(tables)]
+        wheres: list[dict[int, int]] = [{} for _ in range(tables)]
+        next_ids = [1] * tables
         c_pool, pad_pool = self.c_pool, self.pad_pool
         npool = len(c_pool)
         image = self._image
         part = self.partition_of
         pending = self.pending
-        kpre, ksuf = self.key_prefix, self.key_suffix
+        kpre, ksufs = self.key_prefix, self.key_suffixes
         inserts, deletes = self._inserts, self._deletes
         next_ts, resolved_due = self._next_ts, self._resolved_due
         ts = self._first_ts()
         yield from self._ddl(ts, "", 1, f"CREATE DATABASE `{self.schema}`")
-        ts = next_ts(ts, 0)
-        self.create_table_ts = ts
-        yield from self._ddl(ts, TABLE, 3, table_ddl(self.schema))
+        for name in self.table_names:
+            ts = next_ts(ts, 0)
+            self.create_table_ts = self.create_table_ts or ts
+            yield from self._ddl(ts, name, 3, table_ddl(self.schema, name, self.pad_bytes))
         self._begin(events)
-        next_id = 1
         done = 0
         txns = 0
         while done < events:
             ts = next_ts(ts, done)
-            key = kpre + str(ts).encode() + ksuf
-            touched: set[int] = set()
+            ts_bytes = str(ts).encode()
+            keys = [kpre + ts_bytes + ksuf for ksuf in ksufs]
+            touched: list[set[int]] = [
+                set() for _ in range(tables)
+            ]  # per table: rows this transaction changed
             size = min(rng.randint(1, 7), events - done)
             for _ in range(size):
-                if inserts(next_id, len(live), len(touched)):
-                    row_id = next_id
-                    next_id += 1
+                t = rng.randrange(tables) if tables > 1 else 0
+                final, live, where, changed = finals[t], lives[t], wheres[t], touched[t]
+                if inserts(next_ids[t], len(live), len(changed)):
+                    row_id = next_ids[t]
+                    next_ids[t] += 1
                     row = (
                         rng.randrange(1 << 31),
                         c_pool[rng.randrange(npool)],
@@ -249,7 +304,7 @@ class Generator:
                 else:
                     while True:
                         row_id = live[rng.randrange(len(live))]
-                        if row_id not in touched:
+                        if row_id not in changed:
                             break
                     old = final[row_id]
                     old_img = image(row_id, *old)
@@ -267,10 +322,10 @@ class Generator:
                         final[row_id] = row
                         value = f'{{"u":{image(row_id, *row)},"p":{old_img}}}'
                         st.updates += 1
-                touched.add(row_id)
-                p = part(row_id)
+                changed.add(row_id)
+                p = part(row_id, t)
                 batch = pending[p]
-                batch.append((key, value.encode()))
+                batch.append((keys[t], value.encode()))
                 if len(batch) == BATCH_EVENTS:
                     yield from self._flush(p)
             done += size
@@ -424,9 +479,9 @@ class PacedGenerator(Generator):
 
     def transactions(self) -> Iterator[tuple[int, int]]:
         """(commit ts, row events) of every transaction (a DDL: none): the stamps between the
-        CREATE TABLE's and the final resolved ts's."""
+        CREATE TABLEs' and the final resolved ts's."""
         ts, done = self.stamp_ts, self.stamp_done
-        for i in range(1, len(ts) - 1):
+        for i in range(self.tables, len(ts) - 1):
             yield ts[i], done[i + 1] - done[i]
 
 
@@ -488,22 +543,38 @@ def db_params(url: str) -> dict:
     }
 
 
-def checksum_sql(conn: pymysql.connections.Connection, schema: str) -> tuple[int, int]:
+# The checksum of the benchmark tables: the rows of all of them, and the sum of each table's CRC32
+# sum times its number (sbtest1 x1, sbtest2 x2, ...), so that a row applied to the wrong table
+# shows. With one table it is that table's row count and CRC32 sum, as it has always been.
+
+
+def checksum_sql(conn: pymysql.connections.Connection, schema: str, tables: int = 1) -> tuple[int, int]:
+    """The checksum of tables sbtest1..sbtest``tables`` of ``schema`` as they are."""
+    rows = total = 0
     with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS('#', `id`, `k`, `c`, `pad`))), 0) "
-            f"FROM `{schema}`.`{TABLE}`"
-        )
-        n, s = cur.fetchone()
-    return int(n), int(s)
+        for number, name in enumerate(table_names(tables), 1):
+            cur.execute(
+                "SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS('#', `id`, `k`, `c`, `pad`))), 0) "
+                f"FROM `{schema}`.`{name}`"
+            )
+            n, s = cur.fetchone()
+            rows += int(n)
+            total += number * int(s)
+    return rows, total
 
 
-def checksum_expected(final: dict[int, tuple[int, str, str]]) -> tuple[int, int]:
+def checksum_expected(*finals: dict[int, tuple[int, str, str]]) -> tuple[int, int]:
+    """The checksum the tables must have: ``finals`` are their rows by id, sbtest1's first
+    (``Stream.finals``)."""
     crc = zlib.crc32
-    total = 0
-    for row_id, (k, c, pad) in final.items():
-        total += crc(f"{row_id}#{k}#{c}#{pad}".encode())
-    return len(final), total
+    rows = total = 0
+    for number, final in enumerate(finals, 1):
+        table_sum = 0
+        for row_id, (k, c, pad) in final.items():
+            table_sum += crc(f"{row_id}#{k}#{c}#{pad}".encode())
+        rows += len(final)
+        total += number * table_sum
+    return rows, total
 
 
 def settle_database(conn: pymysql.connections.Connection, timeout: float = 60.0) -> float:
@@ -701,16 +772,21 @@ def last_checkpoint_epoch(conn: pymysql.connections.Connection, ckpt_schema: str
 
 
 def daemon_result(
-    conn: pymysql.connections.Connection, run: DaemonRun, schema: str, ckpt_schema: str, group: str
+    conn: pymysql.connections.Connection,
+    run: DaemonRun,
+    schema: str,
+    ckpt_schema: str,
+    group: str,
+    tables: int = 1,
 ) -> tuple[float, tuple[int, int] | None]:
     """The figures of a one-shot daemon run: seconds from its start to its last checkpoint commit
     (to its exit when it failed or never committed: the rate is then a lower bound), and the
-    checksum of the table it wrote (None when it failed)."""
+    checksum of the ``tables`` tables it wrote (None when it failed)."""
     if run.returncode != 0:
         return run.wall_s, None
     last = last_checkpoint_epoch(conn, ckpt_schema, group)
     seconds = (last - run.started_at) if last is not None else run.wall_s
-    return seconds, checksum_sql(conn, schema)
+    return seconds, checksum_sql(conn, schema, tables)
 
 
 # -- what the daemon did ------------------------------------------------------------------------
