@@ -173,7 +173,7 @@ class WindowApplier:
         self._home_thread = threading.get_ident()
         self._deferred_retries: list[BaseException] = []
         self._bind_seconds = 0.0
-        self._binder: pymysql.cursors.Cursor | None = None
+        self._escape: Callable[[Any], str] | None = None  # a session's value escaping (Statement.bound)
         self._tx = TransactionRunner(
             downstream,
             max_time=None,
@@ -192,10 +192,10 @@ class WindowApplier:
     def _on_connect(self, conn: pymysql.connections.Connection) -> None:
         assert self._tx.session is not None  # set before on_connect is called
         self._connection_id = self._tx.session.id  # for the statement watch
-        if self._binder is None:
+        if self._escape is None:
             # Only ever used to escape values (no I/O), so any session of ours will do, even
             # after it is closed by a reconnect.
-            self._binder = conn.cursor()
+            self._escape = conn.escape
 
     def _on_reconnect(self) -> None:
         # The lost connection may have died during COMMIT, after the server committed: the next
@@ -308,13 +308,12 @@ class WindowApplier:
         stmts = list(statements(plan, self._dialect, self._router))
         planned = time.monotonic()
         queries = None
-        binder = self._binder
-        if binder is not None:
-            # pymysql's own escaping (bound_query), on this thread rather than the apply thread.
+        escape = self._escape
+        if escape is not None:
+            # pymysql's own escaping (Statement.bound), on this thread rather than the apply thread.
             # It depends only on the session's character set and sql_mode, which every session of
             # this applier shares, so the text is valid for whichever session executes it.
-            escape = binder.connection.escape
-            queries = [bound_query(st.sql, st.params, escape) for st in stmts]
+            queries = [st.bound(escape) for st in stmts]
         done = time.monotonic()
         return PreparedWindow(window, plan, stmts, planned - started, queries, done - planned)
 
@@ -426,7 +425,7 @@ class WindowApplier:
             try:
                 if queries is None:
                     started = clock()
-                    query = bound_query(st.sql, st.params, cur.connection.escape)
+                    query = st.bound(cur.connection.escape)
                     bind += clock() - started
                 else:
                     query = queries[i]
@@ -485,17 +484,6 @@ class WindowApplier:
 
 
 _NOT_WATCHED = contextlib.nullcontext()
-
-
-def bound_query(sql: str, params: tuple[Any, ...], escape: Callable[[Any], str]) -> str:
-    """``sql`` with its ``%s`` replaced by the literals of ``params``: ``cursor.mogrify``'s text.
-
-    ``escape`` is the session's ``Connection.escape``, which mogrify applies to every value; an
-    int is written as ``str(v)`` directly, the text pymysql's int encoder gives, without the four
-    calls of its type dispatch. Binding is a fifth of the daemon's CPU time on the benchmark's
-    rows (two ints and two strings each); this makes it about a third cheaper.
-    """
-    return sql % tuple([str(v) if type(v) is int else escape(v) for v in params])
 
 
 def _cache_full_line(window: Window | None, setting: str, exc: pymysql.MySQLError) -> str:

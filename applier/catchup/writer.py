@@ -110,7 +110,7 @@ def _runner(spec: WriteSpec, stats: WriteStats) -> TransactionRunner:
 
 
 def _execute(cur: pymysql.cursors.Cursor, st: Statement, spec: WriteSpec) -> None:
-    query = cur.mogrify(st.sql, st.params)  # what execute() would bind, measured before it is sent
+    query = st.bound(cur.connection.escape)  # what execute() would bind, measured before it is sent
     too_large = statement_too_large(st, query, spec.dialect)
     if too_large is not None:  # the server would drop the session: a retry loop, not an error
         raise WriteError(f"{too_large}; epoch {spec.epoch} up to ts {spec.upper} is not checkpointed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import pickle
 from decimal import Decimal
 from typing import Any
@@ -11,6 +12,7 @@ import pymysql
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hyp
+from pymysql.constants import SERVER_STATUS
 
 from applier.codec.events import FLAG_HANDLE_KEY, Row, RowKind
 from sqlgen import (
@@ -302,3 +304,42 @@ def test_literal_bounds_hold_and_are_exact_for_long_text_and_bytes() -> None:
         assert literal_bytes(v) >= exact, v
         if (isinstance(v, str) and len(v) >= 256) or isinstance(v, bytes):
             assert literal_bytes(v) - exact <= 9, v
+
+
+# -- binding -----------------------------------------------------------------------------------
+
+_VALUES_OF_EVERY_KIND: list[Any] = [
+    0,
+    -1,
+    1 << 70,
+    -(1 << 63),
+    True,
+    False,
+    None,
+    1.5,
+    -0.0,
+    1e300,
+    "",
+    "plain",
+    'it\'s \\ "quoted"\n\r\x00\x1a',
+    "日本語 ✓ \U0001f600",
+    "%s %% %(x)s",
+    b"\x00\xff'\\",
+    bytearray(b"ab"),
+    Decimal("-12.3400"),
+    datetime.datetime(2026, 11, 25, 13, 0, 1, 5),
+    datetime.date(2026, 1, 2),
+    datetime.timedelta(hours=-3, seconds=7),
+]
+
+
+@pytest.mark.parametrize("no_backslash_escapes", [False, True])
+def test_bound_is_the_text_of_pymysqls_mogrify_for_every_kind_of_value(no_backslash_escapes: bool) -> None:
+    cur = _binder()
+    # NO_BACKSLASH_ESCAPES (from the handshake and every OK packet) changes how strings are escaped
+    cur.connection.server_status = (
+        SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash_escapes else 0
+    )
+    sql = "REPLACE INTO `t%%` (`a`) VALUES " + ",".join(["(%s)"] * len(_VALUES_OF_EVERY_KIND))
+    st = Statement(sql, tuple(_VALUES_OF_EVERY_KIND), "replace", "s", "t%", len(_VALUES_OF_EVERY_KIND), None)
+    assert st.bound(cur.connection.escape) == cur.mogrify(st.sql, st.params)
