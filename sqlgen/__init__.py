@@ -23,6 +23,7 @@ from sqlgen.collapse import (
     plan_table,
     plan_window,
     split_phases,
+    update_keeps_key,
 )
 from sqlgen.ddl import SCHEMA_DDL_TYPES, SKIP_DDL_TYPES, DDLPlan, plan_ddl, translate_ddl
 from sqlgen.ddl_route import route_ddl
@@ -85,4 +86,5 @@ __all__ = [
     "table_statements",
     "transient_class",
     "translate_ddl",
+    "update_keeps_key",
 ]

@@ -241,6 +241,24 @@ class _KeyReader:
         return new_key[0], tuple([old[n]["v"] if n in old else new[n]["v"] for n in new_key[0]])
 
 
+def update_keeps_key(ev: RowEvent) -> bool:
+    """True when ``ev`` is an update of a keyed row whose old image names the same row as its new
+    image (the handle key did not change, read as :func:`plan_table` reads it).
+
+    Planning such an update reads its new image only (the upsert of that key), exactly as for an
+    update sent without its old image, so whoever holds the event until it is planned may drop
+    the old image: the daemon's row cache does, for half of such a row's memory. The key columns
+    are read from the images' flags each time, with no cache: a long-lived caller sees DDLs that
+    move the key without changing the column list.
+    """
+    old, new = ev.old, ev.new
+    if ev.kind is not _UPDATE or old is None or new is None:
+        return False
+    keys = _KeyReader()
+    new_key = keys.key(new)
+    return bool(new_key[0]) and keys.old_key(old, new, new_key) == new_key
+
+
 def _plan_keyed(events: list[RowEvent]) -> TablePlan:
     # One pass, no sort: for each handle key keep the op with the highest (commit_ts, priority),
     # the later one on ties: exactly the last op of a stable sort by (ts, priority), in O(n).

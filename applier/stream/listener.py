@@ -54,14 +54,17 @@ from applier.codec.events import (
     Position,
     ResolvedEvent,
     RowEvent,
+    RowKind,
 )
 from applier.errors import InputError
 from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.ops.logs import get_logger
 from applier.stream.progress import DDLKey, SharedProgress, TableKey, ddl_key
 from applier.stream.spill import GroupPart, SpillDir, SpillFiles
+from sqlgen.collapse import update_keeps_key
 
 _HK = FLAG_HANDLE_KEY
+_UPDATE = RowKind.UPDATE
 _K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
 
 
@@ -541,6 +544,11 @@ class PartitionListener:
                     if dup_record:  # rule 4
                         replayed += 1
                         continue
+            if ev.old is not None and ev.kind is _UPDATE and update_keeps_key(ev):  # type: ignore[union-attr]
+                # Planning reads only the new image of an update that keeps its key: the old
+                # one would be half of this row's memory for nothing (``record_bytes`` still
+                # counts it, so the byte bound errs on the safe side).
+                ev.old = None  # type: ignore[union-attr]
             nbytes = share + 1 if i < extra else share
             group = groups.get(ts)
             if group is None:

@@ -16,7 +16,7 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
-from sqlgen import PlanError, plan_window
+from sqlgen import PlanError, plan_window, update_keeps_key
 from tests.builders import PK, KeyedRows, apply_keyed_plan, keyed_image, keyless_image, row_event
 
 INT, VARCHAR, FLOAT, JSON = 3, 15, 4, 245
@@ -286,7 +286,14 @@ def _simulate(seed: int, dispatch: str) -> None:
                 queues.remove(q)
         if not arrival:
             continue
-        (tp,) = plan_window(arrival).tables.values()
+        plan = plan_window(arrival)
+        # What the daemon's row cache does: the old image of an update that keeps its key dropped.
+        trimmed = [
+            row_event(e.kind, e.commit_ts, e.new, None if update_keeps_key(e) else e.old, pos=e.pos)
+            for e in arrival
+        ]
+        assert plan_window(trimmed) == plan
+        (tp,) = plan.tables.values()
         apply_keyed_plan(tp, downstream)
         expected = {r[0]: (str(r[1]), r[2]) for r in rows.values()}
         assert downstream == expected, f"seed {seed} diverged at ts {ts}"
@@ -296,3 +303,43 @@ def _simulate(seed: int, dispatch: str) -> None:
 @given(seed=st.integers(0, 2**32 - 1), dispatch=st.sampled_from(["table", "index-value"]))
 def test_plan_reproduces_upstream(seed: int, dispatch: str) -> None:
     _simulate(seed, dispatch)
+
+
+def test_update_keeps_key_reads_the_key_as_planning_does() -> None:
+    """Only an update whose old image names the same row is planned without it (the daemon's row
+    cache then drops that image); the key is read from each event's own flags."""
+    same = row_event(UPD, 5, keyed_image(1, "a", "new"), keyed_image(1, "a", "old"))
+    moved = row_event(UPD, 5, keyed_image(2, "a", "new"), keyed_image(1, "a", "old"))
+    assert update_keeps_key(same)
+    assert not update_keeps_key(moved)
+    assert not update_keeps_key(row_event(INS, 5, keyed_image(1, "a")))
+    assert not update_keeps_key(row_event(DEL, 5, None, keyed_image(1, "a")))
+    assert not update_keeps_key(row_event(UPD, 5, keyed_image(1, "a"), None))
+    assert not update_keeps_key(row_event(UPD, 5, keyless_image(1, "b"), keyless_image(1, "a")))
+    # only-output-updated-columns: the old image holds the changed columns only
+    only_v = {"v": {"t": VARCHAR, "f": 0, "v": "old"}}
+    assert update_keeps_key(row_event(UPD, 5, keyed_image(1, "a", "new"), only_v))
+    only_id = {"id": {"t": INT, "f": PK, "v": 7}}
+    assert not update_keeps_key(row_event(UPD, 5, keyed_image(1, "a", "new"), only_id))
+
+    # a composite key one part of which changed
+    def two(a: int, b: int) -> Row:
+        return {
+            "a": {"t": INT, "f": PK, "v": a},
+            "b": {"t": INT, "f": PK, "v": b},
+            "c": {"t": INT, "f": 0, "v": 0},
+        }
+
+    assert update_keeps_key(row_event(UPD, 5, two(1, 2), two(1, 2)))
+    assert not update_keeps_key(row_event(UPD, 5, two(1, 3), two(1, 2)))
+
+    # a DDL moved the key to another column of the same column list: the flags tell, not a cache
+    def moved_key(a: int, b: int) -> Row:
+        return {
+            "a": {"t": INT, "f": 0, "v": a},
+            "b": {"t": INT, "f": PK, "v": b},
+            "c": {"t": INT, "f": 0, "v": 0},
+        }
+
+    assert update_keeps_key(row_event(UPD, 5, two(1, 2), two(1, 2)))
+    assert not update_keeps_key(row_event(UPD, 6, moved_key(1, 3), moved_key(1, 2)))

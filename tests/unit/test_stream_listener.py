@@ -369,3 +369,20 @@ def test_a_restart_at_the_resume_offset_drops_the_same_copies() -> None:
         if off >= resume:
             second.feed(off, evs)
     assert [r.commit_ts for r in cached(first)] == [r.commit_ts for r in cached(second)] == [30, 40]
+
+
+def test_an_update_that_keeps_its_key_is_cached_without_its_old_image() -> None:
+    """Planning reads only its new image (``sqlgen.update_keeps_key``): the old one would be half
+    of the row's memory. Updates that move the key, and keyless ones, keep both images."""
+    lst, _ = make()
+    feed = Feeder(lst)
+    same = keyed_row(10, 1, "new", kind=RowKind.UPDATE)
+    same.old = keyed_row(10, 1, "old").new
+    moved = keyed_row(11, 2, "new", kind=RowKind.UPDATE)
+    moved.old = keyed_row(11, 1, "old").new
+    keyless = keyless_row(12, 1, "new", kind=RowKind.UPDATE)
+    keyless.old = keyless_row(12, 1, "old").new
+    feed(same, moved, keyless)
+    rows = cached(lst)
+    assert [r.old is None for r in rows] == [True, False, False]
+    assert [r.new is not None for r in rows] == [True, True, True]

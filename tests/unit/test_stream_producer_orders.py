@@ -22,6 +22,7 @@ from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.stream.barrier import Barrier
 from applier.stream.progress import CheckpointState
 from applier.stream.window import is_keyless
+from sqlgen.collapse import update_keeps_key
 
 
 def _image(row) -> tuple | None:
@@ -29,8 +30,11 @@ def _image(row) -> tuple | None:
 
 
 def _version(ev: RowEvent) -> tuple:
+    """A row version as planning reads it: the listener drops the old image of an update that
+    keeps its key (``update_keeps_key``), so such an update is the same version with or without it."""
     rid = ev.row_id if is_keyless(ev) else None
-    return (ev.commit_ts, ev.table, int(ev.kind), _image(ev.new), _image(ev.old), rid)
+    old = None if update_keeps_key(ev) else _image(ev.old)
+    return (ev.commit_ts, ev.table, int(ev.kind), _image(ev.new), old, rid)
 
 
 def _decode(sim):
