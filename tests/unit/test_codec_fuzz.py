@@ -431,8 +431,8 @@ def claim_check_object(draw: st.DrawFn) -> tuple[bytes, LargeMessageEvent, Decod
     try:
         first = json.loads(key[16 : 16 + U64.unpack_from(key, 8)[0]])
         ts, schema, table = int(first["ts"]), str(first.get("scm", "")), str(first.get("tbl", ""))
-    except (ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError):
-        ts, schema, table = 1, "s", "t"
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, struct.error, RecursionError):
+        ts, schema, table = 1, "s", "t"  # ("ts": Infinity overflows int())
     ref = LargeMessageEvent(ts, schema, table, False, "file:///cc/a.json", None, Position("tp", 1, 2, 0))
     return emit(fields, draw(st.booleans())), ref, options
 
