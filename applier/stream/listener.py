@@ -55,6 +55,7 @@ from applier.codec.events import (
     ResolvedEvent,
     RowEvent,
     RowKind,
+    handle_key_names,
 )
 from applier.errors import InputError
 from applier.large_messages.errors import LargeMessageNotConfigured
@@ -65,6 +66,7 @@ from sqlgen.collapse import update_keeps_key
 
 _HK = FLAG_HANDLE_KEY
 _UPDATE = RowKind.UPDATE
+_DELETE = RowKind.DELETE
 _K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
 
 
@@ -225,6 +227,27 @@ def _handle_key_column(row: RowEvent) -> str | None:
                 if col["f"] & _HK:
                     return name
     return None
+
+
+def _trim_old_image(ev: RowEvent) -> None:
+    """Drop what planning never reads of a keyed row's old image before it waits in the cache.
+
+    An update that keeps its handle key is planned from its new image alone
+    (:func:`sqlgen.update_keeps_key`): its old image, half of the row's memory, goes. A delete
+    is planned from its key columns (the ``delete-only-handle-key`` form TiCDC can send): the
+    other columns go. ``record_bytes`` still counts what was dropped, so the byte bound errs on
+    the safe side.
+    """
+    old = ev.old
+    assert old is not None
+    kind = ev.kind
+    if kind is _UPDATE:
+        if update_keeps_key(ev):
+            ev.old = None
+    elif kind is _DELETE:
+        names = handle_key_names(old)
+        if names and len(names) < len(old):
+            ev.old = {n: old[n] for n in names}
 
 
 class PartitionListener:
@@ -544,11 +567,8 @@ class PartitionListener:
                     if dup_record:  # rule 4
                         replayed += 1
                         continue
-            if ev.old is not None and ev.kind is _UPDATE and update_keeps_key(ev):  # type: ignore[union-attr]
-                # Planning reads only the new image of an update that keeps its key: the old
-                # one would be half of this row's memory for nothing (``record_bytes`` still
-                # counts it, so the byte bound errs on the safe side).
-                ev.old = None  # type: ignore[union-attr]
+            if ev.old is not None and (keyless is None or i not in keyless):  # type: ignore[union-attr]
+                _trim_old_image(ev)  # type: ignore[arg-type]
             nbytes = share + 1 if i < extra else share
             group = groups.get(ts)
             if group is None:

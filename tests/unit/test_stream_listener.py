@@ -371,9 +371,10 @@ def test_a_restart_at_the_resume_offset_drops_the_same_copies() -> None:
     assert [r.commit_ts for r in cached(first)] == [r.commit_ts for r in cached(second)] == [30, 40]
 
 
-def test_an_update_that_keeps_its_key_is_cached_without_its_old_image() -> None:
+def test_cached_rows_keep_only_the_old_image_columns_planning_reads() -> None:
     """Planning reads only its new image (``sqlgen.update_keeps_key``): the old one would be half
-    of the row's memory. Updates that move the key, and keyless ones, keep both images."""
+    of the row's memory. Updates that move the key, and keyless ones, keep both images; a keyed
+    delete keeps its key columns."""
     lst, _ = make()
     feed = Feeder(lst)
     same = keyed_row(10, 1, "new", kind=RowKind.UPDATE)
@@ -382,7 +383,13 @@ def test_an_update_that_keeps_its_key_is_cached_without_its_old_image() -> None:
     moved.old = keyed_row(11, 1, "old").new
     keyless = keyless_row(12, 1, "new", kind=RowKind.UPDATE)
     keyless.old = keyless_row(12, 1, "old").new
-    feed(same, moved, keyless)
+    deleted = keyed_row(13, 3, "gone", kind=RowKind.DELETE)
+    keyless_deleted = keyless_row(14, 1, "gone", kind=RowKind.DELETE)
+    key_column = deleted.old["id"]
+    feed(same, moved, keyless, deleted, keyless_deleted)
     rows = cached(lst)
-    assert [r.old is None for r in rows] == [True, False, False]
-    assert [r.new is not None for r in rows] == [True, True, True]
+    assert [r.old is None for r in rows] == [True, False, False, False, False]
+    assert [r.new is not None for r in rows] == [True, True, True, False, False]
+    # a delete keeps its key columns only; a keyless one keeps its whole image (it names the row)
+    assert rows[3].old == {"id": key_column} and list(rows[4].old) == ["a", "b"]
+    assert rows[1].old["val"]["v"] == "old" and rows[2].old["b"]["v"] == "old"

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from applier.codec.decoder import DecoderOptions, decode_record
-from applier.codec.events import DDLEvent, RowEvent
+from applier.codec.events import DDLEvent, RowEvent, RowKind, handle_key_names
 from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.stream.barrier import Barrier
 from applier.stream.progress import CheckpointState
@@ -31,10 +31,13 @@ def _image(row) -> tuple | None:
 
 def _version(ev: RowEvent) -> tuple:
     """A row version as planning reads it: the listener drops the old image of an update that
-    keeps its key (``update_keeps_key``), so such an update is the same version with or without it."""
+    keeps its key (``update_keeps_key``) and all but the key columns of a keyed delete's, so a
+    copy read before or after that is the same version."""
     rid = ev.row_id if is_keyless(ev) else None
-    old = None if update_keeps_key(ev) else _image(ev.old)
-    return (ev.commit_ts, ev.table, int(ev.kind), _image(ev.new), old, rid)
+    old = None if update_keeps_key(ev) else ev.old
+    if old is not None and ev.kind is RowKind.DELETE and handle_key_names(old):
+        old = {n: old[n] for n in handle_key_names(old)}
+    return (ev.commit_ts, ev.table, int(ev.kind), _image(ev.new), _image(old), rid)
 
 
 def _decode(sim):
