@@ -93,20 +93,22 @@ class Daemon:
     caps it further): big enough that commits cost nothing, small enough that the window in
     flight, the one prepared after it and the rows read meanwhile fit in ``READ_AHEAD_ROWS``,
     and that applying and reading overlap in steps of half a second or so."""
-    READ_AHEAD_ROWS = 90_000
+    READ_AHEAD_ROWS = 80_000
     """Rows in memory, the window in flight and the one prepared after it included: while the
     barrier can release a window after the one in flight, reading stops once this many rows are
     cached; while it cannot (nothing in flight, or a partition holds it back at or below the
     window in flight), the partitions ahead of the barrier are paused at this many and the ones
     holding it back keep being read. (Stopping all reading then left the database idle after
     each such commit while those records were read: 62-65k -> 68-70k rows/s in
-    benchmarks/apply.py.) Rows, not bytes, because they are what costs: a decoded row is about
-    2 KB of Python objects whatever its size on the wire, and the process's peak RSS follows the
-    peak of this count (benchmarks/apply.py: about 2.5 KB of RSS per row cached;
-    ``--max-cached-bytes`` still bounds wide rows). When applying is the bottleneck, reading
-    further would only grow memory. Before it bounded the start too, the partitions far ahead
-    (``AHEAD_ROWS`` each) filled ~130,000 rows before the first window. 60,000 rows (and windows
-    of 20,000) kept the benchmark's peak RSS near 300 MiB but cost about a tenth of its rate."""
+    benchmarks/apply.py.) Rows, not bytes, because they are what costs: a decoded row is 1-2 KB
+    of Python objects whatever its size on the wire, and the process's peak RSS follows the peak
+    of this count (``--max-cached-bytes`` still bounds wide rows). When applying is the
+    bottleneck, reading further would only grow memory. Before it bounded the start too, the
+    partitions far ahead (``AHEAD_ROWS`` each) filled ~130,000 rows before the first window.
+    Measured in benchmarks/apply.py, once the cache kept only the old-image columns planning
+    reads: 90,000 rows took peak RSS 306 MiB and 80,000 rows 295 MiB (medians of six and seven
+    runs) at the same rate within the noise (73.5k and 72.5k rows/s); 60,000 rows (and windows of
+    20,000) had cost about a tenth of the rate before that."""
     GC_THRESHOLDS = (1_000_000, 50, 100)
     """Cyclic-GC thresholds for the loop (see ``_loop``): a young collection every million
     allocations, older generations almost never. None of the hot-path objects (events, rows,

@@ -132,9 +132,10 @@ def base_consumer_config(bootstrap: str, group_id: str, extra: Mapping[str, str]
         "fetch.wait.max.ms": 100,
         # librdkafka's prefetch: one queue for every partition of the consumer, held as fetched
         # record batches outside Python's heap. 64 MiB (the earlier setting) cost about 80 MiB of
-        # the daemon's ~600 MiB peak RSS in benchmarks/apply.py; 16 MiB is still most of a second
-        # of input at the apply rate there, and the rate stayed the same.
-        "queued.max.messages.kbytes": 16384,
+        # the daemon's ~600 MiB peak RSS in benchmarks/apply.py, and 16 MiB about 10 MiB more than
+        # 8 MiB, which is still a third of a second of input at the apply rate there (six runs
+        # each: 72.2k and 71.1k rows/s, within the noise).
+        "queued.max.messages.kbytes": 8192,
         # The daemon reads slower than the broker serves, so the prefetch queue is often full;
         # librdkafka then postpones a partition's next fetch by this much (default 1 s). The
         # partition holding the barrier back must not wait that long: it stalled the whole

@@ -1,6 +1,6 @@
 """The daemon with its read-ahead limits a few hundred rows instead of tens of thousands.
 
-``Daemon.READ_AHEAD_ROWS`` (90,000), ``MERGE_MAX_ROWS`` and ``AHEAD_ROWS`` are class constants
+``Daemon.READ_AHEAD_ROWS`` (80,000), ``MERGE_MAX_ROWS`` and ``AHEAD_ROWS`` are class constants
 sized for production streams; the test streams never cache that many rows, so without this the
 back-pressure taken while a window is in flight (the partitions ahead of the barrier paused, the
 ones holding it back read on) would only run in the benchmarks. This module shrinks them in the
