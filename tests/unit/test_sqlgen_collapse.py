@@ -343,3 +343,26 @@ def test_update_keeps_key_reads_the_key_as_planning_does() -> None:
 
     assert update_keeps_key(row_event(UPD, 5, two(1, 2), two(1, 2)))
     assert not update_keeps_key(row_event(UPD, 6, moved_key(1, 3), moved_key(1, 2)))
+
+
+_IMAGES = st.dictionaries(
+    st.sampled_from(["a", "b", "c"]),
+    st.tuples(st.sampled_from([0, PK]), st.sampled_from([None, 0, 1, 1.0, "1", b"1", float("nan")])),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(new=_IMAGES, old=_IMAGES)
+def test_update_keeps_key_agrees_with_the_key_reader_of_plan_table(new: dict, old: dict) -> None:
+    """Any images, flags and values: the same answer as reading both keys the way planning does."""
+    from sqlgen.collapse import _KeyReader
+
+    def image(cols: dict) -> Row:
+        return {n: {"t": INT, "f": f, "v": v} for n, (f, v) in cols.items()}
+
+    ev = row_event(UPD, 5, image(new), image(old))
+    keys = _KeyReader()
+    new_key = keys.key(ev.new)
+    expected = bool(new_key[0]) and keys.old_key(ev.old, ev.new, new_key) == new_key
+    assert update_keeps_key(ev) == expected
