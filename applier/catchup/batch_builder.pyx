@@ -19,7 +19,6 @@ from applier.catchup.rows import (
     STATS,
     bundle_row,
     dump_images,
-    key_only,
     old_handle_key,
     record_digest,
     rows_batch,
@@ -31,6 +30,7 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
     handle_key_names,
+    key_only,
 )
 from applier.large_messages.errors import LargeMessageNotConfigured
 

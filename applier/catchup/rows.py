@@ -141,11 +141,6 @@ def old_handle_key(old: Row, new: Row, new_key: tuple[tuple[str, ...], tuple[Any
     return new_key[0], tuple(old[n]["v"] if n in old else new[n]["v"] for n in new_key[0])
 
 
-def key_only(row: Row, names: Sequence[str]) -> Row:
-    """The handle-key columns of ``row`` (all a keyed delete needs), key columns it lacks skipped."""
-    return {n: row[n] for n in names if n in row}
-
-
 def record_digest(key: bytes | None, value: bytes | None) -> bytes:
     """What identifies a byte-identical copy of a record (the listener hashes what it is given)."""
     h = hashlib.blake2b(key or b"", digest_size=16)

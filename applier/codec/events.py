@@ -9,6 +9,7 @@ JSON parser already built instead of allocating an object per column on the hot 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -150,3 +151,9 @@ def tso_physical_ms(ts: int) -> int:
 def handle_key_names(row: Row) -> list[str]:
     """Names of the handle-key columns of a row image, in column order."""
     return [name for name, col in row.items() if col["f"] & FLAG_HANDLE_KEY]
+
+
+def key_only(row: Row, names: Sequence[str]) -> Row:
+    """The handle-key columns ``names`` of ``row`` (all planning reads of a keyed delete's image),
+    key columns it lacks skipped."""
+    return {n: row[n] for n in names if n in row}

@@ -56,6 +56,7 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
     handle_key_names,
+    key_only,
 )
 from applier.errors import InputError
 from applier.large_messages.errors import LargeMessageNotConfigured
@@ -247,7 +248,7 @@ def _trim_old_image(ev: RowEvent) -> None:
     elif kind is _DELETE:
         names = handle_key_names(old)
         if names and len(names) < len(old):
-            ev.old = {n: old[n] for n in names}
+            ev.old = key_only(old, names)
 
 
 class PartitionListener:

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from applier.codec.decoder import DecoderOptions, decode_record
-from applier.codec.events import DDLEvent, RowEvent, RowKind, handle_key_names
+from applier.codec.events import DDLEvent, RowEvent, RowKind, handle_key_names, key_only
 from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.stream.barrier import Barrier
 from applier.stream.progress import CheckpointState
@@ -36,7 +36,7 @@ def _version(ev: RowEvent) -> tuple:
     rid = ev.row_id if is_keyless(ev) else None
     old = None if update_keeps_key(ev) else ev.old
     if old is not None and ev.kind is RowKind.DELETE and handle_key_names(old):
-        old = {n: old[n] for n in handle_key_names(old)}
+        old = key_only(old, handle_key_names(old))
     return (ev.commit_ts, ev.table, int(ev.kind), _image(ev.new), _image(old), rid)
 
 
