@@ -343,3 +343,30 @@ def test_bound_is_the_text_of_pymysqls_mogrify_for_every_kind_of_value(no_backsl
     sql = "REPLACE INTO `t%%` (`a`) VALUES " + ",".join(["(%s)"] * len(_VALUES_OF_EVERY_KIND))
     st = Statement(sql, tuple(_VALUES_OF_EVERY_KIND), "replace", "s", "t%", len(_VALUES_OF_EVERY_KIND), None)
     assert st.bound(cur.connection.escape) == cur.mogrify(st.sql, st.params)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=hyp.lists(
+        hyp.one_of(
+            hyp.text(alphabet=hyp.sampled_from("ab 0%s\\'\"\n\r\x00\x1a日✓")),
+            hyp.text(alphabet="abc -0123456789"),  # strings with nothing to escape (binding's quick path)
+            hyp.integers(),
+            hyp.none(),
+            hyp.binary(max_size=4),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    no_backslash_escapes=hyp.booleans(),
+)
+def test_bound_agrees_with_mogrify_whether_or_not_a_string_needs_escaping(
+    values: list[Any], no_backslash_escapes: bool
+) -> None:
+    cur = _binder()
+    cur.connection.server_status = (
+        SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash_escapes else 0
+    )
+    sql = "REPLACE INTO `t` (`a`) VALUES " + ",".join(["(%s)"] * len(values))
+    st = Statement(sql, tuple(values), "replace", "s", "t", len(values), None)
+    assert st.bound(cur.connection.escape) == cur.mogrify(st.sql, st.params)
