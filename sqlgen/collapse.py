@@ -315,10 +315,10 @@ def _plan_keyed(events: list[RowEvent]) -> TablePlan:
                 ofin = finals.setdefault(okn, {})
                 cur = ofin.get(okv)
                 if cur is None or ts > cur[0] or (ts == cur[0] and cur[1] == 0):
-                    ofin[okv] = (ts, 0, None, old, None)
+                    ofin[okv] = (ts, 0, None, old, None, None)
         cur = fin.get(kv)
         if cur is None or ts > cur[0] or (ts == cur[0] and prio >= cur[1]):
-            fin[kv] = (ts, prio, new, img, names)
+            fin[kv] = (ts, prio, new, img, names, ev.new_values)
 
     tp = TablePlan(schema="", table="", keyed=True)
     # image column names -> (group, indexes of written columns or None when all are written)
@@ -326,7 +326,7 @@ def _plan_keyed(events: list[RowEvent]) -> TablePlan:
     by_columns: dict[tuple[str, ...], UpsertGroup] = {}
     for knames, fin in finals.items():
         dg: DeleteGroup | None = None
-        for kvals, (_ts, _prio, new, src, names) in _by_key(fin):
+        for kvals, (_ts, _prio, new, src, names, vals) in _by_key(fin):
             if new is None:
                 if dg is None:
                     dg = DeleteGroup(knames, tuple(src[n]["t"] for n in knames))
@@ -338,11 +338,9 @@ def _plan_keyed(events: list[RowEvent]) -> TablePlan:
                 shape = _shape(new, by_columns, tp.upserts)
                 shapes[names] = shape
             ug, keep = shape
-            if keep is None:
-                ug.rows.append(tuple([c["v"] for c in new.values()]))
-            else:
-                vals = [c["v"] for c in new.values()]
-                ug.rows.append(tuple([vals[i] for i in keep]))
+            if vals is None:
+                vals = tuple([c["v"] for c in new.values()])
+            ug.rows.append(vals if keep is None else tuple([vals[i] for i in keep]))
             ug.keys.append(kvals)
     return tp
 

@@ -151,11 +151,11 @@ _init_tables()
 
 # The offset of each field's slot, in field order (the order of the names below).
 cdef Py_ssize_t POS_SLOT[4]
-cdef Py_ssize_t EV_SLOT[9]
+cdef Py_ssize_t EV_SLOT[10]
 cdef enum:
     P_TOPIC, P_PARTITION, P_OFFSET, P_INDEX
 cdef enum:
-    E_TS, E_SCHEMA, E_TABLE, E_KIND, E_NEW, E_OLD, E_PTN, E_POS, E_RID
+    E_TS, E_SCHEMA, E_TABLE, E_KIND, E_NEW, E_OLD, E_PTN, E_POS, E_RID, E_NEW_VALUES
 
 
 cdef int _slots(cls, tuple names, Py_ssize_t* offsets) except -1:
@@ -181,7 +181,11 @@ cdef int _slots(cls, tuple names, Py_ssize_t* offsets) except -1:
 
 
 _slots(Position, ("topic", "partition", "offset", "index"), POS_SLOT)
-_slots(RowEvent, ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos", "row_id"), EV_SLOT)
+_slots(
+    RowEvent,
+    ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos", "row_id", "new_values"),
+    EV_SLOT,
+)
 
 cdef object INSERT = RowKind.INSERT
 cdef object UPDATE = RowKind.UPDATE
@@ -993,6 +997,7 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
     _put(<PyObject*>event, EV_SLOT[E_PTN], ptn)
     _put(<PyObject*>event, EV_SLOT[E_POS], pos)
     _put(<PyObject*>event, EV_SLOT[E_RID], rid)
+    _put(<PyObject*>event, EV_SLOT[E_NEW_VALUES], None)  # taken later, by the daemon's listener
     return event
 
 

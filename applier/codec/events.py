@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 # Column flag bits (docs/open-protocol.md §3.3).
@@ -81,6 +81,11 @@ class RowEvent:
     # clustered key), sent by the classic architecture only. For a keyless table it is the
     # row's identity (docs/open-protocol.md §5.6).
     row_id: int | None = None
+    # The new image's values in its column order, taken by the daemon's listener while the row is
+    # still in the CPU cache (just decoded): planning reads them here instead of walking the image
+    # again a window later, when reading them cost most of planning's time. None: not taken
+    # (planning reads the image). Never part of an event's identity.
+    new_values: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from applier.codec.events import (
     RowEvent,
     RowKind,
 )
-from applier.stream.listener import _trim_old_image
+from applier.stream.listener import _compact_keyed
 from sqlgen import PlanError, plan_window, update_keeps_key
 from tests.builders import PK, KeyedRows, apply_keyed_plan, keyed_image, keyless_image, row_event
 
@@ -288,13 +288,14 @@ def _simulate(seed: int, dispatch: str) -> None:
         if not arrival:
             continue
         plan = plan_window(arrival)
-        # What the daemon's row cache does to the rows it holds (the old image of an update that
-        # keeps its key dropped, a delete's cut to its key columns) changes nothing planned.
+        # What the daemon's row cache does to the rows it holds (the new image's values taken, the
+        # old image of an update that keeps its key dropped, a delete's cut to its key columns)
+        # changes nothing planned.
         trimmed = [row_event(e.kind, e.commit_ts, e.new, e.old, pos=e.pos) for e in arrival]
         for e in trimmed:
-            if e.old is not None:
-                _trim_old_image(e)
+            _compact_keyed(e)
         assert any(e.old is None for e in trimmed if e.kind is UPD) or not any(e.kind is UPD for e in arrival)
+        assert all((e.new_values is None) == (e.new is None) for e in trimmed)
         assert plan_window(trimmed) == plan
         (tp,) = plan.tables.values()
         apply_keyed_plan(tp, downstream)

@@ -393,3 +393,6 @@ def test_cached_rows_keep_only_the_old_image_columns_planning_reads() -> None:
     # a delete keeps its key columns only; a keyless one keeps its whole image (it names the row)
     assert rows[3].old == {"id": key_column} and list(rows[4].old) == ["a", "b"]
     assert rows[1].old["val"]["v"] == "old" and rows[2].old["b"]["v"] == "old"
+    # a keyed row's new values are taken for planning, in column order; keyless rows are planned
+    # from their images as they are
+    assert [r.new_values for r in rows] == [(1, "new"), (2, "new"), None, None, None]
