@@ -834,10 +834,11 @@ cdef object _column(Cursor* c):
     return col
 
 
-cdef object _row(Cursor* c):
+cdef object _row(Cursor* c, list values):
     """One row image: column name -> column, in the producer's order. A name sent twice is given
-    up on (orjson keeps the last value at the first place; the careful path decides)."""
-    cdef object row = PyDict_New(), name
+    up on (orjson keeps the last value at the first place; the careful path decides). With
+    ``values`` (a list), each column's value is appended to it too, in the same order."""
+    cdef object row = PyDict_New(), name, col
     cdef Span span
     cdef Py_ssize_t size = 0
     _expect(c, 0x7B)
@@ -849,10 +850,13 @@ cdef object _row(Cursor* c):
         c.p = _scan_string(c.p, c.end, &span)
         name = _string(&span) if span.escaped else _name(span.start, span.size, span.ascii)
         _expect(c, 0x3A)
-        PyDict_SetItem(row, name, _column(c))
+        col = _column(c)
+        PyDict_SetItem(row, name, col)
         size += 1
         if PyDict_Size(row) != size:
             raise SLOW
+        if values is not None:
+            values.append((<dict>col)["v"])
         if not _next_member(c):
             return row
 
@@ -881,6 +885,7 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
     cdef Py_buffer view
     cdef bint viewing = False
     cdef object u = None, p = None, d = None, new, old, row_kind, pos
+    cdef list new_values = []
     cdef object event
     # The key: {"ts": uint64, "scm": str, "tbl": str, "t": 1 or 3, "ptn": int, "rid": int}. Other
     # members (ohk, ccl: large messages; unknown ones) go to the careful path.
@@ -960,11 +965,11 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
         while True:
             bit = _short_key(&c)
             if bit == 0x75 and u is None:
-                u = _row(&c)
+                u = _row(&c, new_values)
             elif bit == 0x70 and p is None:
-                p = _row(&c)
+                p = _row(&c, None)
             elif bit == 0x64 and d is None:
-                d = _row(&c)
+                d = _row(&c, None)
             else:
                 raise SLOW
             if not _next_member(&c):
@@ -997,7 +1002,9 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
     _put(<PyObject*>event, EV_SLOT[E_PTN], ptn)
     _put(<PyObject*>event, EV_SLOT[E_POS], pos)
     _put(<PyObject*>event, EV_SLOT[E_RID], rid)
-    _put(<PyObject*>event, EV_SLOT[E_NEW_VALUES], None)  # taken later, by the daemon's listener
+    # The new image's values, taken while they are in the CPU cache: planning reads them a window
+    # later, where walking the image again cost several times more (events.RowEvent.new_values).
+    _put(<PyObject*>event, EV_SLOT[E_NEW_VALUES], None if new is None else tuple(new_values))
     return event
 
 

@@ -233,12 +233,13 @@ def _handle_key_column(row: RowEvent) -> str | None:
 def _compact_keyed(ev: RowEvent) -> None:
     """Make a keyed row cheap to hold and to plan before it waits in the cache.
 
-    Its new image's values are taken now, while the decoded row is in the CPU cache
-    (``RowEvent.new_values``): planning read them a window later, from memory, at several times
-    the cost. What planning never reads of its old image goes (:func:`_trim_old_image`).
+    Its new image's values (``RowEvent.new_values``), if the decoder's fast path did not take
+    them, are taken now, while the decoded row is still in the CPU cache: planning read them a
+    window later, from memory, at several times the cost. What planning never reads of its old
+    image goes (:func:`_trim_old_image`).
     """
     new = ev.new
-    if new is not None:
+    if new is not None and ev.new_values is None:
         ev.new_values = tuple([c["v"] for c in new.values()])
     if ev.old is not None:
         _trim_old_image(ev)

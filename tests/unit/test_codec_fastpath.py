@@ -61,6 +61,11 @@ def outcome(fn: Any, key: bytes, value: bytes, options: DecoderOptions) -> tuple
     assert [(e.pos.topic, e.pos.partition, e.pos.offset, e.pos.index) for e in events] == [
         ("tp", 1, 2, i) for i in range(len(events))
     ]
+    for e in events:
+        # the new image's values taken for planning (fast path only) are exactly the image's
+        taken = getattr(e, "new_values", None)
+        if taken is not None:
+            assert repr(taken) == repr(tuple(c["v"] for c in e.new.values()))
     return "events", repr(events)
 
 
@@ -435,6 +440,10 @@ def test_current_producer_records_never_need_the_careful_path(monkeypatch: pytes
         )
         assert len(events) == 5
         assert events[0].new["bin"]["v"] == b"\x89PNG\r\n" and events[0].new["text"]["v"] == "hi"
+        # the new image's values, taken for planning, in column order; a delete has none
+        for e in events[:4]:
+            want = None if e.new is None else tuple(c["v"] for c in e.new.values())
+            assert e.new_values == want
     assert calls == []
 
 
@@ -449,6 +458,7 @@ def test_events_are_ordinary_instances() -> None:
     )
     assert event == expected and repr(event) == repr(expected)
     assert type(event) is RowEvent and type(event.pos) is Position
+    assert event.new_values == (1,) and expected.new_values is None  # not part of the identity
 
 
 def test_long_strings_and_many_names_stay_on_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
