@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Literal
 
-from applier.codec.events import FLAG_GENERATED, FLAG_HANDLE_KEY, Row, RowEvent, RowKind
+from applier.codec.events import FLAG_GENERATED, FLAG_HANDLE_KEY, CompactImage, Row, RowEvent, RowKind
 from applier.errors import InputError
 
 _DELETE = RowKind.DELETE
@@ -205,7 +205,10 @@ def _any_handle_key(events: list[RowEvent]) -> bool:
     """True when any image flags a handle-key column (usually decided by the first event)."""
     for ev in events:
         for img in (ev.new, ev.old):
-            if img is not None:
+            if type(img) is CompactImage:
+                if img.shape.key_index:
+                    return True
+            elif img is not None:
                 for col in img.values():
                     if col["f"] & _HK:
                         return True
@@ -296,15 +299,23 @@ def _plan_keyed(events: list[RowEvent]) -> TablePlan:
             if new is None:
                 raise PlanError(f"{kind.name.lower()} event without new image", ev)
             prio = 1
-        names = tuple(img)
-        kn = knames_of.get(names)
-        if kn is None:
-            kn = knames_of[names] = tuple([n for n, col in img.items() if col["f"] & _HK])
-        if not kn:
-            if new is None:
-                raise PlanError("delete of a keyed table carries no handle-key column", ev)
-            raise PlanError("row image of a keyed table carries no handle-key column", ev)
-        kv = (img[kn[0]]["v"],) if len(kn) == 1 else tuple([img[n]["v"] for n in kn])
+        if type(img) is CompactImage:  # the daemon's cached new images: layout shared, values a tuple
+            shape = img.shape
+            names, kn, ki = shape.names, shape.key_names, shape.key_index
+            if not kn:
+                raise PlanError("row image of a keyed table carries no handle-key column", ev)
+            vals = img.column_values
+            kv = (vals[ki[0]],) if len(ki) == 1 else tuple([vals[i] for i in ki])
+        else:
+            names = tuple(img)
+            kn = knames_of.get(names)
+            if kn is None:
+                kn = knames_of[names] = tuple([n for n, col in img.items() if col["f"] & _HK])
+            if not kn:
+                if new is None:
+                    raise PlanError("delete of a keyed table carries no handle-key column", ev)
+                raise PlanError("row image of a keyed table carries no handle-key column", ev)
+            kv = (img[kn[0]]["v"],) if len(kn) == 1 else tuple([img[n]["v"] for n in kn])
         if kn is not last_kn:
             fin = finals.setdefault(kn, {})
             last_kn = kn

@@ -9,7 +9,7 @@ JSON parser already built instead of allocating an object per column on the hot 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -81,10 +81,11 @@ class RowEvent:
     # clustered key), sent by the classic architecture only. For a keyless table it is the
     # row's identity (docs/open-protocol.md §5.6).
     row_id: int | None = None
-    # The new image's values in its column order, taken by the daemon's listener while the row is
-    # still in the CPU cache (just decoded): planning reads them here instead of walking the image
-    # again a window later, when reading them cost most of planning's time. None: not taken
-    # (planning reads the image). Never part of an event's identity.
+    # The new image's values in its column order, taken while the row is still in the CPU cache
+    # (by the decoder's fast path as it builds the image, else by the daemon's listener): planning
+    # reads them here instead of walking the image again a window later, when reading them cost
+    # most of planning's time. None: not taken (planning reads the image). Never part of an
+    # event's identity.
     new_values: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
 
@@ -151,6 +152,64 @@ def claim_check_name(location: str) -> str:
 def tso_physical_ms(ts: int) -> int:
     """Milliseconds since the epoch of a TiDB TSO (``physical << 18 | logical``)."""
     return ts >> 18
+
+
+class ImageShape:
+    """What rows of one column layout share: names, type codes and flags, and where the handle key
+    is. One instance serves every compact image of that layout (:class:`CompactImage`)."""
+
+    __slots__ = ("flags", "index", "key_index", "key_names", "names", "types")
+
+    def __init__(self, names: tuple[str, ...], types: tuple[int, ...], flags: tuple[int, ...]) -> None:
+        self.names = names
+        self.types = types
+        self.flags = flags
+        self.index = {n: i for i, n in enumerate(names)}
+        self.key_index = tuple([i for i, f in enumerate(flags) if f & FLAG_HANDLE_KEY])
+        self.key_names = tuple([names[i] for i in self.key_index])
+
+    @classmethod
+    def of(cls, row: Row) -> ImageShape:
+        return cls(tuple(row), tuple([c["t"] for c in row.values()]), tuple([c["f"] for c in row.values()]))
+
+    def describes(self, row: Row) -> bool:
+        """True when ``row`` (whose column names are this shape's) has these types and flags."""
+        return (
+            tuple([c["t"] for c in row.values()]) == self.types
+            and tuple([c["f"] for c in row.values()]) == self.flags
+        )
+
+
+class CompactImage(Mapping[str, Column]):
+    """A row image held as its shared :class:`ImageShape` and a tuple of values.
+
+    Why: a decoded image is a dict of ``{t, f, v}`` dicts, about 1 KB for four columns, and the
+    daemon's row cache holds tens of thousands of rows while they wait for their window; the
+    names, types and flags are the same for every row of a table. The daemon's listener swaps a
+    keyed row's new image for this before caching it. It reads as the dict it replaces (a
+    ``Column`` dict is built on each lookup, so it equals the original image); planning reads
+    ``shape`` and ``column_values`` directly.
+    """
+
+    __slots__ = ("column_values", "shape")
+
+    def __init__(self, shape: ImageShape, column_values: tuple[Any, ...]) -> None:
+        self.shape = shape
+        self.column_values = column_values
+
+    def __getitem__(self, name: str) -> Column:
+        shape = self.shape
+        i = shape.index[name]
+        return {"t": shape.types[i], "f": shape.flags[i], "v": self.column_values[i]}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shape.names)
+
+    def __len__(self) -> int:
+        return len(self.shape.names)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
 
 
 def handle_key_names(row: Row) -> list[str]:

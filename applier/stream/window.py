@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from applier.codec.events import FLAG_HANDLE_KEY, DDLEvent, Row, RowEvent
+from applier.codec.events import FLAG_HANDLE_KEY, CompactImage, DDLEvent, Row, RowEvent
 from applier.stream.progress import DDLKey, TableKey, ddl_key
 from applier.stream.spill import StreamedRows
 
@@ -18,6 +18,8 @@ from applier.stream.spill import StreamedRows
 def _has_handle_key(image: Row | None) -> bool:
     if not image:
         return False
+    if type(image) is CompactImage:
+        return bool(image.shape.key_index)
     return any(col["f"] & FLAG_HANDLE_KEY for col in image.values())
 
 

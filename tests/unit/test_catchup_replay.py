@@ -9,6 +9,7 @@ rows it applies the ones the daemon applied.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import pyarrow as pa
@@ -57,7 +58,9 @@ def _daemon(decoded, partitions, lower, drained=None):
     )
     keyless = []
     for part, off, events, raw in decoded:
-        barrier.feed(part, off, events, 0, raw)
+        # a copy: the listener owns what it caches (it trims and compacts the images), and the
+        # catch-up's path reads the same decoded records after this
+        barrier.feed(part, off, copy.deepcopy(events), 0, raw)
     for p, (end, ts) in (drained or {}).items():
         barrier.listeners[p].observe_drained(end, ts)
     while (w := barrier.next_window()) is not None:

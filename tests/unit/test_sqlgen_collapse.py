@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from applier.codec.events import (
     FLAG_GENERATED,
+    CompactImage,
     Row,
     RowEvent,
     RowKind,
@@ -248,6 +249,7 @@ def _simulate(seed: int, dispatch: str) -> None:
         rid = next(upstream.rids)
         rows[rid] = (rid, rid, "init")
     downstream: dict[int, tuple[str, str]] = {r[0]: (str(r[1]), r[2]) for r in rows.values()}
+    shapes: dict = {}  # the compact images' layouts, kept across windows as a listener keeps them
     ts = 100
     for _window in range(6):
         partitions: dict[int, list[RowEvent]] = {p: [] for p in range(3)}
@@ -288,14 +290,16 @@ def _simulate(seed: int, dispatch: str) -> None:
         if not arrival:
             continue
         plan = plan_window(arrival)
-        # What the daemon's row cache does to the rows it holds (the new image's values taken, the
+        # What the daemon's row cache does to the rows it holds (the new image made compact, the
         # old image of an update that keeps its key dropped, a delete's cut to its key columns)
         # changes nothing planned.
         trimmed = [row_event(e.kind, e.commit_ts, e.new, e.old, pos=e.pos) for e in arrival]
         for e in trimmed:
-            _compact_keyed(e)
+            _compact_keyed(e, shapes)
         assert any(e.old is None for e in trimmed if e.kind is UPD) or not any(e.kind is UPD for e in arrival)
         assert all((e.new_values is None) == (e.new is None) for e in trimmed)
+        assert all(type(e.new) is CompactImage for e in trimmed if e.new is not None)
+        assert [e.new for e in trimmed] == [e.new for e in arrival]  # reads as the image it replaced
         assert plan_window(trimmed) == plan
         (tp,) = plan.tables.values()
         apply_keyed_plan(tp, downstream)

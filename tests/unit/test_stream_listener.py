@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from applier.codec.events import (
+    FLAG_HANDLE_KEY,
+    CompactImage,
     LargeMessageEvent,
     Position,
     RowEvent,
@@ -396,3 +398,27 @@ def test_cached_rows_keep_only_the_old_image_columns_planning_reads() -> None:
     # a keyed row's new values are taken for planning, in column order; keyless rows are planned
     # from their images as they are
     assert [r.new_values for r in rows] == [(1, "new"), (2, "new"), None, None, None]
+
+
+def test_cached_keyed_rows_hold_compact_new_images_that_read_as_the_decoded_ones() -> None:
+    """A keyed row's new image is cached as a tuple of values with a layout shared by the rows of
+    its column names, types and flags; a row whose flags changed under the same names (a DDL
+    moved the key) gets a layout of its own. Keyless rows keep their images as they are."""
+    lst, _ = make()
+    feed = Feeder(lst)
+    first, second = keyed_row(10, 1, "a"), keyed_row(11, 2, "b")
+    decoded = [dict(first.new), dict(second.new)]
+    moved = keyed_row(12, 3, "c")
+    moved.new = {"id": {**moved.new["id"], "f": 0}, "val": {**moved.new["val"], "f": FLAG_HANDLE_KEY}}
+    moved_decoded = dict(moved.new)
+    keyless = keyless_row(13, 1)
+    feed(first, second, moved, keyless)
+    rows = cached(lst)
+    assert [type(r.new) for r in rows] == [CompactImage, CompactImage, CompactImage, dict]
+    assert [rows[0].new, rows[1].new, rows[2].new] == [*decoded, moved_decoded]
+    assert rows[0].new.shape is rows[1].new.shape and rows[2].new.shape is not rows[0].new.shape
+    assert rows[2].new.shape.key_names == ("val",) and rows[0].new.shape.key_names == ("id",)
+    assert rows[1].new["val"] == {"t": decoded[1]["val"]["t"], "f": decoded[1]["val"]["f"], "v": "b"}
+    assert list(rows[1].new.items()) == list(decoded[1].items()) and len(rows[1].new) == 2
+    assert [r.new_values for r in rows[:3]] == [(1, "a"), (2, "b"), (3, "c")]
+    assert not is_keyless(rows[0]) and is_keyless(rows[3])
