@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, TypedDict
 
 # Column flag bits (docs/open-protocol.md §3.3).
@@ -154,30 +155,31 @@ def tso_physical_ms(ts: int) -> int:
     return ts >> 18
 
 
+_TYPE_AND_FLAGS = itemgetter("t", "f")
+
+
 class ImageShape:
     """What rows of one column layout share: names, type codes and flags, and where the handle key
     is. One instance serves every compact image of that layout (:class:`CompactImage`)."""
 
-    __slots__ = ("flags", "index", "key_index", "key_names", "names", "types")
+    __slots__ = ("flags", "index", "key_index", "key_names", "layout", "names", "types")
 
-    def __init__(self, names: tuple[str, ...], types: tuple[int, ...], flags: tuple[int, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], layout: tuple[tuple[int, int], ...]) -> None:
         self.names = names
-        self.types = types
-        self.flags = flags
+        self.layout = layout  # (type code, flags) per column
+        self.types = tuple([t for t, _f in layout])
+        self.flags = tuple([f for _t, f in layout])
         self.index = {n: i for i, n in enumerate(names)}
-        self.key_index = tuple([i for i, f in enumerate(flags) if f & FLAG_HANDLE_KEY])
+        self.key_index = tuple([i for i, f in enumerate(self.flags) if f & FLAG_HANDLE_KEY])
         self.key_names = tuple([names[i] for i in self.key_index])
 
     @classmethod
     def of(cls, row: Row) -> ImageShape:
-        return cls(tuple(row), tuple([c["t"] for c in row.values()]), tuple([c["f"] for c in row.values()]))
+        return cls(tuple(row), tuple(map(_TYPE_AND_FLAGS, row.values())))
 
     def describes(self, row: Row) -> bool:
         """True when ``row`` (whose column names are this shape's) has these types and flags."""
-        return (
-            tuple([c["t"] for c in row.values()]) == self.types
-            and tuple([c["f"] for c in row.values()]) == self.flags
-        )
+        return tuple(map(_TYPE_AND_FLAGS, row.values())) == self.layout
 
 
 class CompactImage(Mapping[str, Column]):

@@ -16,7 +16,7 @@ from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.stream.listener import PartitionListener
 from applier.stream.progress import CheckpointState, SharedProgress, ddl_key
 from applier.stream.window import is_keyless
-from tests.builders import ddl_event, keyed_row, keyless_row, resolved_event
+from tests.builders import INT, ddl_event, keyed_row, keyless_row, resolved_event
 
 
 def make(
@@ -412,8 +412,14 @@ def test_cached_keyed_rows_hold_compact_new_images_that_read_as_the_decoded_ones
     moved.new = {"id": {**moved.new["id"], "f": 0}, "val": {**moved.new["val"], "f": FLAG_HANDLE_KEY}}
     moved_decoded = dict(moved.new)
     keyless = keyless_row(13, 1)
-    feed(first, second, moved, keyless)
+    retyped = keyed_row(14, 4, "d")  # a DDL changed the type of val
+    retyped.new = retyped_decoded = {**retyped.new, "val": {**retyped.new["val"], "t": INT}}
+    feed(first, second, moved, keyless, retyped)
     rows = cached(lst)
+    assert type(rows[4].new) is CompactImage and rows[4].new == retyped_decoded
+    assert rows[4].new.shape.types == (INT, INT) != rows[0].new.shape.types
+    assert rows[4].new.shape is not rows[0].new.shape
+    rows = rows[:4]
     assert [type(r.new) for r in rows] == [CompactImage, CompactImage, CompactImage, dict]
     assert [rows[0].new, rows[1].new, rows[2].new] == [*decoded, moved_decoded]
     assert rows[0].new.shape is rows[1].new.shape and rows[2].new.shape is not rows[0].new.shape
