@@ -24,7 +24,15 @@ checks that the event classes still are.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_Contains, PyDict_Copy, PyDict_New, PyDict_SetItem, PyDict_Size
+from cpython.dict cimport (
+    PyDict_Contains,
+    PyDict_Copy,
+    PyDict_GetItem,
+    PyDict_New,
+    PyDict_Next,
+    PyDict_SetItem,
+    PyDict_Size,
+)
 from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromSsize_t, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -43,7 +51,16 @@ from libc.string cimport memcmp, memcpy, memset
 import dataclasses
 import types
 
-from applier.codec.events import FLAG_BINARY, FLAG_HANDLE_KEY, Position, ResolvedEvent, RowEvent, RowKind
+from applier.codec.events import (
+    FLAG_BINARY,
+    FLAG_HANDLE_KEY,
+    CompactImage,
+    ImageShape,
+    Position,
+    ResolvedEvent,
+    RowEvent,
+    RowKind,
+)
 from applier.codec.values import (
     BLOB_CODES,
     DECIMAL,
@@ -159,7 +176,7 @@ cdef enum:
 
 
 cdef int _slots(cls, tuple names, Py_ssize_t* offsets) except -1:
-    """Building an event slot by slot is the same as calling its class only while the class is a
+    """Building an object slot by slot is the same as calling its class only while the class is a
     slotted dataclass of exactly these fields whose __init__ does nothing else: should events.py
     change that, importing the decoder fails instead of building incomplete events."""
     cdef PyMemberDef* member
@@ -186,6 +203,11 @@ _slots(
     ("commit_ts", "schema", "table", "kind", "new", "old", "partition_id", "pos", "row_id", "new_values"),
     EV_SLOT,
 )
+
+cdef Py_ssize_t CI_SLOT[2]
+cdef enum:
+    CI_SHAPE, CI_VALUES
+_slots(CompactImage, ("shape", "column_values"), CI_SLOT)
 
 cdef object INSERT = RowKind.INSERT
 cdef object UPDATE = RowKind.UPDATE
@@ -1075,3 +1097,54 @@ def decode_record_fast(key, value, topic, partition, offset, plan, decompress, o
             )
         events.append(event)
     return events
+
+
+# --- compact images, for the daemon's row cache --------------------------------------------------------
+
+cdef object COMPACT_IMAGE = CompactImage
+cdef object IMAGE_SHAPE = ImageShape
+
+
+def compact_image(dict image, tuple values, dict shapes):
+    """``image`` (a decoded row image whose values, in column order, are ``values``) as a
+    :class:`~applier.codec.events.CompactImage`, with the layout ``shapes`` holds for its column
+    names when its types and flags are that layout's, else with a new one (kept in ``shapes``).
+
+    Why compiled: the listener compacts every keyed row it caches, and checking the layout in
+    Python cost more than decoding the row.
+    """
+    cdef tuple names = tuple(image)
+    cdef object shape
+    cdef PyObject* found = PyDict_GetItem(shapes, names)
+    if found == NULL or not _same_layout(image, (<object>found).layout):
+        shape = IMAGE_SHAPE.of(image)
+        shapes[names] = shape
+    else:
+        shape = <object>found
+    cdef object out = _alloc(COMPACT_IMAGE)
+    _put(<PyObject*>out, CI_SLOT[CI_SHAPE], shape)
+    _put(<PyObject*>out, CI_SLOT[CI_VALUES], values)
+    return out
+
+
+cdef bint _same_layout(dict image, tuple layout) except -1:
+    """Whether the columns of ``image`` have, in order, the (type code, flags) pairs of ``layout``
+    (as ``ImageShape.of`` would read them: equal values)."""
+    cdef Py_ssize_t pos = 0, i = 0
+    cdef PyObject* name
+    cdef PyObject* col
+    cdef PyObject* t
+    cdef PyObject* f
+    cdef tuple pair
+    if PyDict_Size(image) != len(layout):
+        return False
+    while PyDict_Next(image, &pos, &name, &col):
+        if type(<object>col) is not dict:
+            return False
+        t = PyDict_GetItem(<object>col, "t")
+        f = PyDict_GetItem(<object>col, "f")
+        pair = <tuple>layout[i]
+        if t == NULL or f == NULL or not (<object>t == pair[0] and <object>f == pair[1]):
+            return False
+        i += 1
+    return True

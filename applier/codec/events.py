@@ -177,27 +177,22 @@ class ImageShape:
     def of(cls, row: Row) -> ImageShape:
         return cls(tuple(row), tuple(map(_TYPE_AND_FLAGS, row.values())))
 
-    def describes(self, row: Row) -> bool:
-        """True when ``row`` (whose column names are this shape's) has these types and flags."""
-        return tuple(map(_TYPE_AND_FLAGS, row.values())) == self.layout
 
-
+@dataclass(slots=True, eq=False, repr=False)
 class CompactImage(Mapping[str, Column]):
     """A row image held as its shared :class:`ImageShape` and a tuple of values.
 
     Why: a decoded image is a dict of ``{t, f, v}`` dicts, about 1 KB for four columns, and the
     daemon's row cache holds tens of thousands of rows while they wait for their window; the
     names, types and flags are the same for every row of a table. The daemon's listener swaps a
-    keyed row's new image for this before caching it. It reads as the dict it replaces (a
-    ``Column`` dict is built on each lookup, so it equals the original image); planning reads
-    ``shape`` and ``column_values`` directly.
+    keyed row's new image for this before caching it (``applier.codec._fastpath.compact_image``
+    builds it, slot by slot: keep this a slotted dataclass of these two fields). It reads as the
+    dict it replaces (a ``Column`` dict is built on each lookup, so it equals the original
+    image); planning reads ``shape`` and ``column_values`` directly.
     """
 
-    __slots__ = ("column_values", "shape")
-
-    def __init__(self, shape: ImageShape, column_values: tuple[Any, ...]) -> None:
-        self.shape = shape
-        self.column_values = column_values
+    shape: ImageShape
+    column_values: tuple[Any, ...]
 
     def __getitem__(self, name: str) -> Column:
         shape = self.shape

@@ -46,6 +46,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from applier.codec._fastpath import compact_image
 from applier.codec.events import (
     FLAG_HANDLE_KEY,
     CompactImage,
@@ -250,11 +251,7 @@ def _compact_keyed(ev: RowEvent, shapes: dict[tuple[str, ...], ImageShape]) -> N
     values = ev.new_values
     if values is None:
         values = ev.new_values = tuple([c["v"] for c in new.values()])
-    names = tuple(new)
-    shape = shapes.get(names)
-    if shape is None or not shape.describes(new):
-        shape = shapes[names] = ImageShape.of(new)
-    ev.new = CompactImage(shape, values)
+    ev.new = compact_image(new, values, shapes)
 
 
 def _trim_old_image(ev: RowEvent) -> None:

@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from applier.codec import decoder, framing
+from applier.codec._fastpath import compact_image
 from applier.codec.decoder import DecoderOptions, decode_record, decode_record_careful
 from applier.codec.errors import MalformedRecordError
-from applier.codec.events import Position, RowEvent, RowKind
+from applier.codec.events import FLAG_HANDLE_KEY, CompactImage, Position, RowEvent, RowKind
 
 U64 = struct.Struct(">Q")
 OPTIONS = [
@@ -486,3 +487,40 @@ def test_long_strings_and_many_names_stay_on_the_fast_path(monkeypatch: pytest.M
         new = decode_record(*record, topic="tp", partition=1, offset=2)[0].new
         assert calls == []
         assert new["text"]["v"] == text and new["blob"]["v"] == raw
+
+
+# --- compact images (the daemon's row cache) ---------------------------------------------------------
+
+_LAYOUT_COLUMNS = st.lists(
+    st.tuples(
+        st.sampled_from(["id", "k", "c", "pad"]),
+        st.sampled_from([3, 8, 15, 254]),
+        st.sampled_from([0, 2, 11, 64, 256]),
+    ),
+    max_size=4,
+    unique_by=lambda col: col[0],
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_LAYOUT_COLUMNS, st.integers()), min_size=1, max_size=12))
+def test_compact_images_read_as_their_images_and_share_a_layout_only_when_it_is_equal(rows: list) -> None:
+    """Images of random layouts (the same names with other types or flags, as after a DDL), all
+    compacted with one shape cache as a listener does: each reads as the image it stands for, and
+    an image shares a layout object only with images of equal names, types and flags."""
+    shapes: dict = {}
+    made = []
+    for columns, seed in rows:
+        image = {name: {"t": t, "f": f, "v": seed + i} for i, (name, t, f) in enumerate(columns)}
+        values = tuple(c["v"] for c in image.values())
+        compact = compact_image(image, values, shapes)
+        assert type(compact) is CompactImage and compact == image and dict(compact.items()) == image
+        assert compact.shape.layout == tuple((c["t"], c["f"]) for c in image.values())
+        assert compact.shape.names == tuple(image) and compact.column_values is values
+        assert compact.shape.key_names == tuple(n for n, c in image.items() if c["f"] & FLAG_HANDLE_KEY)
+        made.append(compact)
+    assert shapes[tuple(made[-1])] is made[-1].shape
+    for a in made:
+        for b in made:
+            if a.shape is b.shape:
+                assert (a.shape.names, a.shape.layout) == (b.shape.names, b.shape.layout)
