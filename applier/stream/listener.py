@@ -240,7 +240,7 @@ def _compact_keyed(ev: RowEvent, shapes: dict[tuple[str, ...], ImageShape]) -> N
     becomes a :class:`CompactImage`: the values (``RowEvent.new_values``, taken now if the
     decoder's fast path did not) and the layout shared with every row of the same column names,
     types and flags (``shapes``, by column names; checked row by row, since a DDL can change
-    types or flags under the same names). That is a fifth of the dicts' memory, freed while the
+    types or flags under the same names). That is an eighth of the dicts' memory, freed while the
     row is still in the CPU cache, and planning reads the key and values without a dict lookup.
     """
     if ev.old is not None:
