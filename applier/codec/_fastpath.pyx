@@ -20,6 +20,9 @@ same records). Each rule below names the careful-path behaviour it mirrors.
 Events are built without calling ``__init__``, by writing their slots at the offsets Python itself
 uses for them: for a plain slotted dataclass that is the same object, and importing this module
 checks that the event classes still are.
+
+The module also holds :func:`compact_image`, the daemon listener's conversion of a decoded image to
+its compact form for the row cache: it is built the same way, and it runs once per cached row.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
