@@ -59,7 +59,15 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Literal
 
-from applier.codec.events import FLAG_GENERATED, FLAG_HANDLE_KEY, CompactImage, Row, RowEvent, RowKind
+from applier.codec.events import (
+    FLAG_GENERATED,
+    FLAG_HANDLE_KEY,
+    CompactImage,
+    Row,
+    RowEvent,
+    RowKind,
+    has_handle_key,
+)
 from applier.errors import InputError
 
 _DELETE = RowKind.DELETE
@@ -203,16 +211,7 @@ def plan_table(schema: str, table: str, events: list[RowEvent]) -> TablePlan:
 
 def _any_handle_key(events: list[RowEvent]) -> bool:
     """True when any image flags a handle-key column (usually decided by the first event)."""
-    for ev in events:
-        for img in (ev.new, ev.old):
-            if type(img) is CompactImage:
-                if img.shape.key_index:
-                    return True
-            elif img is not None:
-                for col in img.values():
-                    if col["f"] & _HK:
-                        return True
-    return False
+    return any(has_handle_key(ev.new) or has_handle_key(ev.old) for ev in events)
 
 
 class _KeyReader:

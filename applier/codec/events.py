@@ -209,6 +209,15 @@ class CompactImage(Mapping[str, Column]):
         return repr(dict(self.items()))
 
 
+def has_handle_key(row: Row | None) -> bool:
+    """True when a column of ``row`` (an image, compact or not, or None) is flagged handle key."""
+    if not row:
+        return False
+    if type(row) is CompactImage:
+        return bool(row.shape.key_index)
+    return any(col["f"] & FLAG_HANDLE_KEY for col in row.values())
+
+
 def handle_key_names(row: Row) -> list[str]:
     """Names of the handle-key columns of a row image, in column order."""
     return [name for name, col in row.items() if col["f"] & FLAG_HANDLE_KEY]

@@ -10,17 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from applier.codec.events import FLAG_HANDLE_KEY, CompactImage, DDLEvent, Row, RowEvent
+from applier.codec.events import DDLEvent, RowEvent, has_handle_key
 from applier.stream.progress import DDLKey, TableKey, ddl_key
 from applier.stream.spill import StreamedRows
-
-
-def _has_handle_key(image: Row | None) -> bool:
-    if not image:
-        return False
-    if type(image) is CompactImage:
-        return bool(image.shape.key_index)
-    return any(col["f"] & FLAG_HANDLE_KEY for col in image.values())
 
 
 def is_keyless(row: RowEvent) -> bool:
@@ -29,7 +21,7 @@ def is_keyless(row: RowEvent) -> bool:
     Such rows are matched downstream by all their columns and inserted with plain INSERT, so
     applying one twice leaves two rows: they need exact (not "at least once") delivery.
     """
-    return not (_has_handle_key(row.new) or _has_handle_key(row.old))
+    return not (has_handle_key(row.new) or has_handle_key(row.old))
 
 
 @dataclass(frozen=True, slots=True)
