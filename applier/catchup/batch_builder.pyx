@@ -6,16 +6,19 @@ event bounds the scan (at ten million events, most of a catch-up's time). What t
 the skeleton, the replay rule and the collapse are explained in :mod:`applier.catchup.rows`;
 this module only does it with C locals, typed containers and few Python-level calls per event.
 Commit ts are held as 64-bit integers: the decoder's ts fit, and one that does not fails the record.
-The skeleton rows leave in bundles (``rows.bundle_row``): the JVM then carries a few large rows
-instead of one small row per stub.
+The skeleton rows leave in bundles (``rows.bundle_row``) and the rows for the writers in one
+pickled list per writer bucket (``rows`` module docstring, kind ROWS): the JVM then caches and
+shuffles a few large rows instead of one small row per event.
 """
 
 import pickle
+from zlib import crc32
 
 from applier.catchup.rows import (
     DDL,
     RESOLVED,
     ROW,
+    ROWS,
     STATS,
     bundle_row,
     dump_images,
@@ -23,6 +26,7 @@ from applier.catchup.rows import (
     record_digest,
     rows_batch,
 )
+from applier.codec._fastpath import compact_image
 from applier.codec.events import (
     DDLEvent,
     LargeMessageEvent,
@@ -49,7 +53,8 @@ cdef class BatchBuilder:
     ``lower_ts``: keyed rows at or below it are not applied by this catch-up, so they are only
     emitted as skeleton rows, without images or key. ``collapse_upto``: ops at or below it are
     collapsed to the last op per handle key (``rows`` module docstring); ``max_keys`` bounds the
-    winners held before they are written out.
+    winners held before they are written out. ``buckets``: how many writer buckets the rows for
+    the writers are spread over by handle key (each flush sends one ROWS row per bucket).
     """
 
     cdef readonly object lower_ts
@@ -58,9 +63,12 @@ cdef class BatchBuilder:
     cdef readonly Py_ssize_t records
     cdef readonly Py_ssize_t row_events
     cdef readonly Py_ssize_t data_rows  # rows written out for the writers (ops and collapse winners)
+    cdef readonly Py_ssize_t buckets
     cdef long long _lower
     cdef long long _upto  # -1: no collapsing
-    cdef list _rows  # rows the writers read
+    cdef list _out  # per writer bucket: the rows the writers read (rows.WriterRow tuples)
+    cdef Py_ssize_t _out_rows
+    cdef dict _shapes  # image column names -> ImageShape (compact_image's layouts)
     cdef list _skel  # skeleton rows: bundled at each flush (rows module docstring)
     # collapse: (segment, schema, table) -> key -> [ts, prio, part, off, idx, op, new, old, lo]
     cdef dict _best
@@ -74,14 +82,19 @@ cdef class BatchBuilder:
     cdef tuple _last_table
     cdef dict _last_best
 
-    def __init__(self, lower_ts, *, collapse_upto=None, Py_ssize_t max_keys=200_000):
+    def __init__(self, lower_ts, *, collapse_upto=None, Py_ssize_t max_keys=200_000, Py_ssize_t buckets=1):
+        if buckets < 1:
+            raise ValueError(f"buckets must be at least 1, not {buckets}")
         self.lower_ts = lower_ts
         self.collapse_upto = collapse_upto
         self.max_keys = max_keys
+        self.buckets = buckets
         # Below 0 nothing is at or below it; above the ts range everything is.
         self._lower = -1 if lower_ts < 0 else min(lower_ts, _MAX_TS)
         self._upto = -1 if collapse_upto is None or collapse_upto < 0 else min(collapse_upto, _MAX_TS)
-        self._rows = []
+        self._out = [[] for _ in range(buckets)]
+        self._out_rows = 0
+        self._shapes = {}
         self._skel = []
         self._best = {}
         self._best_keys = 0
@@ -95,7 +108,7 @@ cdef class BatchBuilder:
 
     def __len__(self):
         """Rows ready to flush (collapse winners join them when written out)."""
-        return len(self._rows) + len(self._skel)
+        return self._out_rows + len(self._skel)
 
     cdef tuple _names(self, tuple table, dict row):
         """The handle-key column names of an image of ``table``, cached per table and column
@@ -174,7 +187,7 @@ cdef class BatchBuilder:
                     obs = ev.ts
                     c_obs = min(obs, _MAX_TS)
                 skeleton.append((RESOLVED, partition, offset, i, min(ev.ts, _MAX_TS), None, None, None,
-                                 None, True, None, None, None, None, None, min(ev.ts, _MAX_TS)))
+                                 None, True, None, None, None, None, min(ev.ts, _MAX_TS)))
             elif isinstance(ev, DDLEvent):
                 # No resolved ts implied: rows of tables the DDL does not block may still follow
                 # with a smaller ts (docs/open-protocol.md §5.4).
@@ -182,7 +195,7 @@ cdef class BatchBuilder:
                 self._key_names = {}
                 self._last_group = None
                 skeleton.append((DDL, partition, offset, i, ev.commit_ts, ev.schema, ev.table, None,
-                                 None, True, None, None, ev.query, ev.ddl_type, None, ev.commit_ts))
+                                 None, True, None, ev.query, ev.ddl_type, None, ev.commit_ts))
             elif isinstance(ev, LargeMessageEvent):
                 raise LargeMessageNotConfigured(ev)
             else:  # the decoder returns nothing else
@@ -205,11 +218,11 @@ cdef class BatchBuilder:
             ts = ev.commit_ts
             if row[2]:  # a stub: the skeleton needs no image
                 skeleton.append((ROW, partition, offset, row[0], ts, ev.schema, ev.table, int(ev.kind), True,
-                                 True, None, None, None, None, None, ts))
+                                 True, None, None, None, None, ts))
             else:  # a keyless row travels whole: the driver applies it (rows module docstring)
                 img = dump_images(ev.new, ev.old, ev.row_id) if ts > self._lower else None
                 skeleton.append((ROW, partition, offset, row[0], ts, ev.schema, ev.table, int(ev.kind), False,
-                                 True, None, img, None, None, digest, ts))
+                                 True, img, None, None, digest, ts))
 
     cdef _op(self, part, off, Py_ssize_t i, tuple table, long long ts, kind, tuple key, new, old):
         """One op on one key: written out as a row, or (collapse) kept if it wins over the key's last.
@@ -218,12 +231,10 @@ cdef class BatchBuilder:
         arrival winning ties: the op ``plan_table``'s stable sort puts last. Keeping only winners of
         a part of the stream and letting the writers pick among them gives the same final state.
         """
-        if self._upto < 0 or ts > self._upto:
-            self.data_rows += 1
-            self._rows.append((ROW, part, off, i, ts, table[0], table[1], int(kind), True, False,
-                               _dumps(key, _PICKLE), _dumps((new, old), _PICKLE), None, None, None, ts))
-            return
         cdef int prio = 0 if kind is _DELETE else 1
+        if self._upto < 0 or ts > self._upto:
+            self._emit(ts, prio, part, off, i, table[0], table[1], kind, key, new, old, ts)
+            return
         cdef dict best
         if self._last_group is not None and self._last_table == table:
             best = self._last_best
@@ -259,13 +270,29 @@ cdef class BatchBuilder:
         elif ts < <long long>cur[8]:
             cur[8] = ts
 
+    cdef _emit(self, long long ts, int prio, part, off, Py_ssize_t i, scm, tbl, kind, tuple key, new, old,
+               long long lo):
+        """One row for the writers, into its handle key's bucket (``rows.WriterRow``): a new image
+        as its shared layout and a tuple of values (``compact_image``), so that a bucket's pickle
+        holds each layout once."""
+        cdef object shape = None
+        cdef tuple values = None
+        if new is not None:
+            values = tuple([col["v"] for col in (<dict>new).values()])
+            shape = compact_image(new, values, self._shapes).shape
+        cdef Py_ssize_t bucket = 0
+        if self.buckets > 1:
+            bucket = crc32(_dumps((scm, tbl, key), _PICKLE)) % self.buckets
+        (<list>self._out[bucket]).append(
+            (ts, prio, part, off, i, scm, tbl, int(kind), key[0], key[1], shape, values, old, lo)
+        )
+        self._out_rows += 1
+        self.data_rows += 1
+
     cdef _flush_best(self):
-        cdef list append = self._rows
         for (_seg, scm, tbl), best in self._best.items():
-            self.data_rows += len(best)
-            for key, (ts, _prio, part, off, i, kind, new, old, lo) in best.items():
-                append.append((ROW, part, off, i, ts, scm, tbl, int(kind), True, False,
-                               _dumps(key, _PICKLE), _dumps((new, old), _PICKLE), None, None, None, lo))
+            for key, (ts, prio, part, off, i, kind, new, old, lo) in best.items():
+                self._emit(ts, prio, part, off, i, scm, tbl, kind, key, new, old, lo)
         self._best = {}
         self._best_keys = 0
         self._last_group = None
@@ -277,20 +304,45 @@ cdef class BatchBuilder:
         if self._best:
             self._flush_best()
         self._skel.append((STATS, partition, self.records, self.data_rows, self.row_events, None, None, None, None,
-                           True, None, None, None, None, None, self.row_events))
+                           True, None, None, None, None, self.row_events))
         for schema, table in sorted(filtered):
-            self._skel.append((STATS, partition, 0, 0, 0, schema, table, None, None, True, None, None,
+            self._skel.append((STATS, partition, 0, 0, 0, schema, table, None, None, True, None,
                                None, None, None, 0))
 
     def flush(self, final=False):
         """The rows so far as one batch; ``final`` also writes out the collapse winners."""
         if final and self._best:
             self._flush_best()
-        rows, self._rows = self._rows, []
+        cdef list rows = []
+        cdef Py_ssize_t b
+        cdef list out
+        if self._out_rows:
+            for b in range(self.buckets):
+                out = <list>self._out[b]
+                if out:
+                    rows.append(_bucket_row(b, out))
+                    self._out[b] = []
+            self._out_rows = 0
         if self._skel:
             rows.append(bundle_row(self._skel[0][1], self._skel))
             self._skel = []
         return rows_batch(rows)
+
+
+cdef tuple _bucket_row(Py_ssize_t bucket, list out):
+    """One ROWS row: a bucket's writer rows, pickled together (``ts``/``lo``: their highest and
+    lowest commit ts, so that an epoch's writers skip the rows of other epochs unread)."""
+    cdef long long top = -1, low = _MAX_TS, ts
+    cdef tuple row
+    for row in out:
+        ts = row[0]
+        if ts > top:
+            top = ts
+        ts = row[13]
+        if ts < low:
+            low = ts
+    return (ROWS, (<tuple>out[0])[2], len(out), bucket, top, None, None, None, True, False,
+            _dumps(out, _PICKLE), None, None, None, low)
 
 
 cdef inline tuple _values(dict row, tuple names):

@@ -40,7 +40,7 @@ from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
 from applier.catchup.replay import SKELETON_COLUMNS, Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
-from applier.catchup.rows import BUNDLE, DDL, RESOLVED, ROW, STATS, unbundle
+from applier.catchup.rows import BUNDLE, DDL, RESOLVED, ROW, ROWS, STATS, straddling_rows, unbundle
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
 from applier.codec.events import DDLEvent, RowEvent
@@ -61,6 +61,11 @@ from sqlgen import Dialect, TablePlan, plan_table
 # More writer partitions than cores when an epoch is big: bounds a writer task's memory. Counted in
 # rows the readers wrote (after their collapse), which is what a writer holds.
 ROWS_PER_WRITER = 100_000
+# Writer buckets: the readers spread the rows for the writers over this many buckets by handle key
+# and send each bucket's rows of a flush as one Spark row (rows.py); each writer task takes a share
+# of the buckets. Many more than writer tasks, so that Spark's hashing of bucket numbers to tasks
+# evens out; a writer task holds more than ROWS_PER_WRITER rows only beyond this many tasks' worth.
+WRITER_BUCKETS = 256
 
 
 class CatchupError(FatalError, RuntimeError):
@@ -83,6 +88,13 @@ def _keyed_task(batches: Iterator[pa.RecordBatch], spec: WriteSpec) -> Iterator[
     with fatal_in_task():
         stats = write_keyed(batches, spec)
     yield _stats_batch(stats)
+
+
+def _straddling_task(batches: Iterator[pa.RecordBatch], uppers: list[int]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of the check after the scan: writer rows standing for ops of two epochs."""
+    with fatal_in_task():
+        count = sum(straddling_rows(batch, uppers) for batch in batches)
+    yield pa.RecordBatch.from_pydict({"rows": [count]}, schema=pa.schema([("rows", pa.int64())]))
 
 
 def _keyless_task(tp: TablePlan, spec: WriteSpec) -> WriteStats:
@@ -264,6 +276,7 @@ class CatchupJob:
                 options=self.options,
                 lower_ts=lower,
                 collapse_upto=collapse_upto,
+                buckets=WRITER_BUCKETS,
                 large=self.large if self.large.configured else None,
                 filter=self.tables.tables.rules if self.tables is not None else (),
             )
@@ -394,15 +407,10 @@ class CatchupJob:
         from pyspark.sql import functions as F
 
         uppers = [e.upper for e in epochs[:-1]]
-
-        def index(col: Any) -> Any:
-            return sum(((col > F.lit(u)).cast("int") for u in uppers), F.lit(0))
-
-        straddling = _spark_call(
-            lambda: decoded.filter(
-                F.col("img").isNotNull() & F.col("keyed") & (index(F.col("lo")) != index(F.col("ts")))
-            ).count()
+        counts = decoded.filter(F.col("kind") == F.lit(ROWS)).mapInArrow(
+            functools.partial(_straddling_task, uppers=uppers), "rows long"
         )
+        straddling = sum(row.rows for row in _spark_call(counts.collect))
         if not straddling:
             return decoded
         self.log.warning(
@@ -463,16 +471,15 @@ class CatchupJob:
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
         parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
-        parts = max(parallel, -(-data_rows // ROWS_PER_WRITER))
+        parts = min(max(parallel, -(-data_rows // ROWS_PER_WRITER)), WRITER_BUCKETS)
         rows = (
+            # A ROWS row holds one bucket's rows of a reader's flush, their commit ts from lo to ts.
             decoded.filter(
-                (F.col("kind") == F.lit(ROW))
-                & F.col("keyed")
-                & F.col("img").isNotNull()
+                (F.col("kind") == F.lit(ROWS))
                 & (F.col("ts") > F.lit(epoch.lower))
-                & (F.col("ts") <= F.lit(epoch.upper))
+                & (F.col("lo") <= F.lit(epoch.upper))
             )
-            .repartition(parts, "scm", "tbl", "hkey")
+            .repartition(parts, "idx")
             .mapInArrow(functools.partial(_keyed_task, spec=spec), WRITE_STATS_SCHEMA)
         )
         totals = WriteStats()

@@ -2,13 +2,26 @@
 
 The executors decode Kafka records with the daemon's :func:`decode_record` and append each event
 to a ``BatchBuilder`` (:mod:`applier.catchup.batch_builder`, compiled: it is the scan's hot loop);
-the writers rebuild :class:`RowEvent` objects from the columns and hand
-them to ``sqlgen.plan_table``. In between, Spark only filters, shuffles and caches rows, so row
-images travel as opaque pickled blobs: nothing in the JVM needs to understand them.
+the writers rebuild :class:`RowEvent` objects and hand them to ``sqlgen.plan_table``. In between,
+Spark only filters, caches and shuffles rows, and it does that row by row in the JVM: so what it
+carries in bulk travels as a few large opaque rows (pickles, Arrow IPC streams) that nothing in the
+JVM needs to understand, and Python handles the contents at C speed on both ends.
 
-One Arrow row per event (:data:`SPARK_SCHEMA`):
+One Arrow row per item (:data:`SPARK_SCHEMA`):
 
-- ``kind``: ROW, DDL, RESOLVED, or STATS (one per input range: ``off`` = records read there,
+- ``kind`` ROWS: the rows for the writers of one flush of a reader that fall in one *writer
+  bucket*, as one pickled list of writer rows (:data:`WRITER_ROW`) in ``img``; ``idx`` = the
+  bucket, ``off`` = how many rows, ``ts``/``lo`` = their highest commit ts and lowest ``lo``
+  (an epoch's writers skip the ROWS rows outside it unread). A row's bucket comes from a CRC of
+  its pickled (schema, table, handle key), the same in every reader, so a key's rows from every
+  reader meet in one bucket, and the writers are partitioned by bucket. A writer row holds an
+  upsert's new image as its layout and a tuple of values (an ``ImageShape``, shared by the
+  bucket's rows and so pickled once, as ``CompactImage`` holds it), a delete's handle-key
+  columns as a small image;
+- ``kind`` BUNDLE: the skeleton rows of one flush of a reader, as one Arrow IPC stream (of this
+  schema) in ``img``; the skeleton is only ever collected by the driver. :func:`unbundle` opens
+  them. The rows inside a bundle, one per event:
+- ``kind`` ROW, DDL, RESOLVED, or STATS (one per input range: ``off`` = records read there,
   ``ts`` = row events decoded, ``idx`` = rows it wrote for the writers, so the driver counts what
   was read and sizes the writers without another pass; and one
   with ``scm``/``tbl`` and zero counts per table the table filter dropped events of, so the
@@ -17,19 +30,13 @@ One Arrow row per event (:data:`SPARK_SCHEMA`):
   the partition id is a slot with several topics: ``applier.catchup.offsets``, and events rebuilt
   from the columns get the real topic and partition back from ``places``);
 - rows: ``ts`` (commit ts), ``scm``/``tbl``, ``op`` (RowKind), ``keyed`` (some image has a
-  handle-key column), ``hkey`` (the handle key, pickled (names, values): what the writers are
-  partitioned by) and ``img`` (pickled images: the new image of an upsert, the handle-key
-  columns of a delete's old image, both full images of a keyless row);
+  handle-key column) and, for keyless rows only, ``img`` (both images pickled);
 - DDLs: ``ts``, ``scm``, ``tbl``, ``ddl_q``, ``ddl_t``;
 - ``skel``: the row belongs to the *skeleton* the driver replays through the daemon's
   ``PartitionListener`` (see :mod:`applier.catchup.replay`): every control event, every keyless
   row, and for keyed rows the first and last of each table in each record (all of them when their
   commit ts decrease inside the record) — enough for the listener to know whether a record still
   holds a row above R (its resume offset), at a fraction of the volume;
-- ``kind`` BUNDLE: the skeleton rows of one flush of a reader, as one Arrow IPC stream (of this
-  schema) in ``img``. Spark carries every row through the JVM one by one, and the skeleton is
-  only ever collected by the driver, so it travels as a few large rows: :func:`unbundle` opens
-  them;
 - ``rec``: a digest of a record holding keyless rows (the listener's byte-identical-record rule);
 - ``lo``: the smallest commit ts of the ops a collapsed row stands for (its own ts otherwise).
 
@@ -37,8 +44,8 @@ A keyed row at or below the highest resolved ts already read from its partition 
 copy of a row read before: the daemon's listener drops it (its rule 2), and so do the readers,
 keeping only its skeleton stub. A DDL implies nothing about other tables' rows.
 
-Skeleton stubs of keyed rows never carry images: the rows the writers apply are separate rows
-(``skel`` false). With ``collapse_upto`` B, the reader already keeps only the last op of each
+Skeleton stubs of keyed rows never carry images: the rows the writers apply are the writer rows.
+With ``collapse_upto`` B, the reader already keeps only the last op of each
 handle key among the ops at or below B it read (its share of the stream): picking the last op is
 associative, so the writers, picking among those winners, reach the same final state, and Spark
 moves a fraction of the rows. B must be at or below the window's end R (the driver takes the
@@ -57,6 +64,7 @@ and without their images.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
@@ -66,16 +74,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import applier.codec.events as codec_events
-from applier.codec.events import Position, RowEvent, RowKind
+from applier.codec.events import CompactImage, Position, RowEvent, RowKind
 
 if TYPE_CHECKING:  # annotations only
     from applier.codec.events import Row
 
-ROW, DDL, RESOLVED, STATS, BUNDLE = 1, 2, 3, 0, 4
+ROW, DDL, RESOLVED, STATS, BUNDLE, ROWS = 1, 2, 3, 0, 4, 5
 
 SPARK_SCHEMA = (
     "kind tinyint, part int, off bigint, idx int, ts bigint, scm string, tbl string, op tinyint, "
-    "keyed boolean, skel boolean, hkey binary, img binary, ddl_q string, ddl_t int, rec binary, lo bigint"
+    "keyed boolean, skel boolean, img binary, ddl_q string, ddl_t int, rec binary, lo bigint"
 )
 ARROW_SCHEMA = pa.schema(
     [
@@ -89,7 +97,6 @@ ARROW_SCHEMA = pa.schema(
         ("op", pa.int8()),
         ("keyed", pa.bool_()),
         ("skel", pa.bool_()),
-        ("hkey", pa.binary()),
         ("img", pa.binary()),
         ("ddl_q", pa.string()),
         ("ddl_t", pa.int32()),
@@ -98,6 +105,15 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 _COLUMNS = tuple(ARROW_SCHEMA.names)
+
+WRITER_ROW = (
+    "ts", "prio", "part", "off", "idx", "scm", "tbl", "op",
+    "key_names", "key_values", "shape", "values", "old", "lo",
+)  # fmt: skip
+"""The fields of a writer row, a plain tuple in a ROWS row's pickled list (module docstring):
+``prio`` 0 for a delete, 1 for an upsert; ``shape`` and ``values`` the new image (an
+``ImageShape`` and a tuple of values; None for a delete); ``old`` the delete's handle-key
+columns as a decoded image (None for an upsert); ``lo`` as the column of that name."""
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
 Places = Mapping[int, tuple[str, int]]
@@ -162,7 +178,7 @@ def bundle_row(part: int, rows: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
     with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
         writer.write_batch(rows_batch(rows))
     blob = sink.getvalue().to_pybytes()
-    return (BUNDLE, part, 0, 0, 0, None, None, None, None, True, None, blob, None, None, None, 0)
+    return (BUNDLE, part, 0, 0, 0, None, None, None, None, True, blob, None, None, None, 0)
 
 
 def unbundle(table: pa.Table) -> pa.Table:
@@ -172,20 +188,45 @@ def unbundle(table: pa.Table) -> pa.Table:
     return pa.concat_tables([*inner, table.filter(pc.invert(bundled))]).combine_chunks()
 
 
+def writer_rows(batch: pa.RecordBatch | pa.Table) -> Iterable[tuple[Any, ...]]:
+    """The writer rows (:data:`WRITER_ROW`) of every ROWS row of ``batch``, in batch order."""
+    for kind, img in zip(batch.column("kind").to_pylist(), batch.column("img").to_pylist(), strict=True):
+        if kind == ROWS:
+            yield from pickle.loads(img)
+
+
 def rebuild_row_events(
     batch: pa.RecordBatch | pa.Table, topic: str, places: Places | None = None
 ) -> Iterable[tuple[tuple[str, str], RowEvent]]:
-    """((schema, table), RowEvent) of every ROW row that carries images, in batch order (positions:
-    :func:`position`)."""
-    names = ("part", "off", "idx", "ts", "scm", "tbl", "op", "img")
+    """((schema, table), RowEvent) of every writer row (ROWS) and every ROW row that carries
+    images, in batch order (positions: :func:`position`). A writer row's new image comes back as a
+    :class:`CompactImage` of its layout and values, which planning reads directly."""
+    names = ("kind", "part", "off", "idx", "ts", "scm", "tbl", "op", "img")
     kinds = {int(k): RowKind(k) for k in RowKind}
-    for part, off, idx, ts, scm, tbl, op, img in zip(
+    for kind, part, off, idx, ts, scm, tbl, op, img in zip(
         *(batch.column(name).to_pylist() for name in names), strict=True
     ):
-        if img is None:
+        if img is None or kind not in (ROW, ROWS):
+            continue
+        if kind == ROWS:
+            for ts, _prio, part, off, idx, scm, tbl, op, _kn, _kv, shape, vals, old, _lo in pickle.loads(img):
+                new = None if shape is None else CompactImage(shape, vals)
+                pos = position(topic, part, off, idx, places)
+                yield (scm, tbl), RowEvent(ts, scm, tbl, kinds[op], new, old, None, pos, None, vals)
             continue
         new, old, rid = load_images(img)
         yield (
             (scm, tbl),
             RowEvent(ts, scm, tbl, kinds[op], new, old, None, position(topic, part, off, idx, places), rid),
         )
+
+
+def straddling_rows(batch: pa.RecordBatch | pa.Table, uppers: Sequence[int]) -> int:
+    """How many writer rows stand for ops of two epochs (``lo`` and ``ts`` on both sides of an
+    epoch's upper bound, ``uppers`` ascending): see ``job``'s check after the scan."""
+    count = 0
+    for row in writer_rows(batch):
+        ts, lo = row[0], row[13]
+        if lo < ts and bisect.bisect_left(uppers, lo) != bisect.bisect_left(uppers, ts):
+            count += 1
+    return count

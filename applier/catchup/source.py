@@ -14,7 +14,7 @@ the driver keys partitions by), ``lower_ts``, ``legacy_base64_strings``, ``compr
 ``reserved_schemas`` (JSON list, see :mod:`sqlgen.ddl_guard`), ``filter`` (JSON list of the
 table-filter rules, see :mod:`applier.stream.table_filter`),
 ``batch_rows``, ``collapse_upto`` (keep only the last op per handle key among the ops at or below
-this ts a task reads; empty: keep every op),
+this ts a task reads; empty: keep every op), ``buckets`` (writer buckets, :mod:`applier.catchup.rows`),
 ``secret.kafka_config`` (JSON of librdkafka settings; the ``secret`` prefix
 makes Spark redact it in plans and the UI, since it may hold SASL credentials) and
 ``secret.large_messages`` (the pickled :class:`LargeMessageSettings`, base64: claim-check storage
@@ -75,6 +75,7 @@ class ReadSpec:
     lower_ts: int
     batch_rows: int = 20_000
     collapse_upto: int | None = None  # collapse ops at or below this ts in the reader (rows.py)
+    buckets: int = 1  # writer buckets the rows for the writers are spread over by handle key (rows.py)
     large: LargeMessageSettings | None = None  # where large messages are read from, if anywhere
     filter: tuple[str, ...] = ()  # table-filter rules (applier.stream.table_filter); none: every table
 
@@ -98,7 +99,7 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     # quoted by the exception that fails the task instead.
     client_log = KafkaClientLog(quiet=True)
     client_log.install(conf)
-    builder = BatchBuilder(spec.lower_ts, collapse_upto=spec.collapse_upto)
+    builder = BatchBuilder(spec.lower_ts, collapse_upto=spec.collapse_upto, buckets=spec.buckets)
     large = spec.large.queue(spec.options) if spec.large is not None else None
     tables = EventFilter(TableFilter(spec.filter)) if spec.filter else None
     consumer = Consumer(conf)
@@ -191,6 +192,7 @@ class _Reader(DataSourceReader):
             lower_ts=int(options["lower_ts"]),
             batch_rows=int(options.get("batch_rows", "20000")),
             collapse_upto=int(options["collapse_upto"]) if options.get("collapse_upto") else None,
+            buckets=int(options.get("buckets", "1")),
             filter=tuple(json.loads(options.get("filter", "[]"))),
             large=pickle.loads(base64.b64decode(options["secret.large_messages"]))
             if options.get("secret.large_messages")
@@ -238,6 +240,7 @@ def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
         "filter": json.dumps(list(spec.filter)),
         "batch_rows": str(spec.batch_rows),
         "collapse_upto": "" if spec.collapse_upto is None else str(spec.collapse_upto),
+        "buckets": str(spec.buckets),
         "secret.kafka_config": json.dumps(dict(spec.kafka_config)),
         "secret.large_messages": base64.b64encode(pickle.dumps(spec.large)).decode() if spec.large else "",
     }

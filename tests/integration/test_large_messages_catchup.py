@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from applier.catchup.offsets import OffsetRange
-from applier.catchup.rows import ROW, load_images
+from applier.catchup.rows import rebuild_row_events
 from applier.catchup.source import ReadSpec, read_range
 from applier.codec.decoder import DecoderOptions
 from applier.large_messages.settings import LargeMessageSettings, upstream_config
@@ -118,12 +118,9 @@ def test_the_reading_task_reads_handle_key_only_rows_upstream(
     for p in range(sim.config.partitions):
         end = sum(1 for rec in sim.records if rec.partition == p)
         for batch in read_range(spec, OffsetRange(p, 0, end)):
-            columns = (batch.column(c).to_pylist() for c in ("kind", "tbl", "ts", "img"))
-            for kind, tbl, ts, img in zip(*columns, strict=True):
-                if kind != ROW or tbl != WIDE or img is None:
-                    continue
-                new, _old, _rid = load_images(img)
-                if new is None:
+            for (_schema, tbl), ev in rebuild_row_events(batch, "x"):
+                ts, new = ev.commit_ts, ev.new
+                if tbl != WIDE or new is None:
                     continue  # a delete: by key, nothing read upstream
                 want = expected[(ts, new["id"]["v"])]
                 for name in ("body", "data", "note"):

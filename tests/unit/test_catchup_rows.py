@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import pickle
-
 import pyarrow as pa
 import pytest
 
 from applier.catchup.batch_builder import BatchBuilder
-from applier.catchup.rows import ARROW_SCHEMA, ROW, rebuild_row_events, unbundle
+from applier.catchup.rows import (
+    ARROW_SCHEMA,
+    ROW,
+    ROWS,
+    WRITER_ROW,
+    rebuild_row_events,
+    unbundle,
+    writer_rows,
+)
 from applier.catchup.writer import plan_keyed_events
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import Position, RowEvent, RowKind
@@ -27,16 +33,28 @@ def _table(builder: BatchBuilder) -> pa.Table:
     return unbundle(pa.Table.from_batches([builder.flush(final=True)], schema=ARROW_SCHEMA))
 
 
+def _written(t: pa.Table, *names: str) -> list[tuple]:
+    """Fields ``names`` of the writer rows in ``t``'s ROWS rows, in order; ``key`` is (names, values)."""
+    out = []
+    for row in writer_rows(t):
+        fields = dict(zip(WRITER_ROW, row, strict=True))
+        fields["key"] = (fields["key_names"], fields["key_values"])
+        out.append(tuple(fields[n] for n in names))
+    return out
+
+
 def test_a_key_change_becomes_a_delete_and_an_insert_each_on_its_own_key() -> None:
     b = BatchBuilder(lower_ts=0)
     b.add_record(0, 7, [row_event(UPD, 10, id_val_image(2, "x"), id_val_image(1, "x"), pos=AT)], (b"k", b"v"))
     t = _table(b)
-    t = t.filter(t["img"].is_valid())
-    assert t["op"].to_pylist() == [int(RowKind.DELETE), int(RowKind.INSERT)]
-    assert [pickle.loads(k) for k in t["hkey"].to_pylist()] == [(("id",), (1,)), (("id",), (2,))]
+    assert _written(t, "op", "key") == [
+        (int(RowKind.DELETE), (("id",), (1,))),
+        (int(RowKind.INSERT), (("id",), (2,))),
+    ]
     events = [ev for _t, ev in rebuild_row_events(t, "x")]
     assert events[0].old == {"id": {"t": 3, "f": HK, "v": 1}} and events[0].new is None
-    assert events[1].new == id_val_image(2, "x") and events[1].old is None
+    assert dict(events[1].new) == id_val_image(2, "x") and events[1].old is None
+    assert events[1].new_values == (2, "x")
 
 
 def test_skeleton_marks_first_and_last_per_table_or_everything_when_ts_go_back() -> None:
@@ -57,6 +75,8 @@ def test_skeleton_marks_first_and_last_per_table_or_everything_when_ts_go_back()
     t = _table(b)
     stubs = t.filter(t["skel"])
     assert stubs["img"].null_count == stubs.num_rows - 2  # only the keyless rows carry images
+    written = sorted(_written(t, "tbl", "idx"))
+    assert written == [("t", 0), ("t", 1), ("t", 2), ("t", 3), ("u", 4), ("u", 5), ("u", 6)]
     marked = set(zip(stubs["tbl"].to_pylist(), stubs["idx"].to_pylist(), strict=True))
     assert {i for tb, i in marked if tb == "t"} == {0, 3}  # first and last, ts never decrease
     assert {i for tb, i in marked if tb == "u"} == {4, 5, 6}  # index in the record; ts go back: all
@@ -72,8 +92,10 @@ def test_rows_at_or_below_the_lower_bound_travel_only_as_skeleton_stubs() -> Non
     ]
     b.add_record(0, 1, rows, (b"k", b"v"))
     t = _table(b)
-    got = list(zip(t["ts"].to_pylist(), t["skel"].to_pylist(), t["img"].is_valid().to_pylist(), strict=True))
-    assert got == [(5, True, False), (7, True, False), (7, False, True)]
+    stubs = t.filter(t["skel"])
+    got = list(zip(stubs["ts"].to_pylist(), stubs["img"].is_valid().to_pylist(), strict=True))
+    assert got == [(5, False), (7, False)]
+    assert _written(t, "ts", "idx") == [(7, 3)]
 
 
 def test_large_messages_stop_the_read_like_the_daemon() -> None:
@@ -102,13 +124,12 @@ def test_collapse_keeps_the_last_op_per_key_but_never_across_a_ddl_record() -> N
     )
     b.add_record(0, 5, [row_event(UPD, 14, id_val_image(1, "c"), id_val_image(1, "b"), pos=AT)], (b"", b""))
     t = _table(b)
-    w = t.filter(t["img"].is_valid()).sort_by("ts")
-    got = [
-        (ts, lo, pickle.loads(k)[1])
-        for ts, lo, k in zip(*(w[n].to_pylist() for n in ("ts", "lo", "hkey")), strict=True)
+    got = sorted(_written(t, "ts", "lo", "key_values", "op"))
+    assert got == [
+        (12, 10, (1,), int(RowKind.UPDATE)),
+        (12, 11, (2,), int(RowKind.DELETE)),
+        (14, 14, (1,), int(RowKind.UPDATE)),
     ]
-    assert got == [(12, 10, (1,)), (12, 11, (2,)), (14, 14, (1,))]
-    assert w["op"].to_pylist() == [int(RowKind.UPDATE), int(RowKind.DELETE), int(RowKind.UPDATE)]
 
 
 def test_tables_with_the_same_columns_and_other_keys_are_keyed_each_by_its_own() -> None:
@@ -122,8 +143,7 @@ def test_tables_with_the_same_columns_and_other_keys_are_keyed_each_by_its_own()
         (b"", b""),
     )
     t = _table(b)
-    w = t.filter(t["img"].is_valid()).sort_by("tbl")
-    assert [pickle.loads(k) for k in w["hkey"].to_pylist()] == [(("id",), (1,)), (("val",), ("a",))]
+    assert sorted(_written(t, "tbl", "key")) == [("a", (("id",), (1,))), ("b", (("val",), ("a",)))]
 
 
 def test_a_ddl_that_moves_the_handle_key_to_other_columns_is_seen_at_once() -> None:
@@ -146,10 +166,8 @@ def test_a_ddl_that_moves_the_handle_key_to_other_columns_is_seen_at_once() -> N
     moved = image(2, "a", key_on_val=False), image(1, "a", key_on_val=False)
     b.add_record(0, 3, [row_event(UPD, 12, *moved, pos=AT)], (b"", b""))
     t = _table(b)
-    w = t.filter(t["img"].is_valid())
-    w = w.filter(pa.compute.greater(w["ts"], 11))  # the rows after the DDL
-    assert [pickle.loads(k) for k in w["hkey"].to_pylist()] == [(("id",), (1,)), (("id",), (2,))]
-    assert w["op"].to_pylist() == [int(RowKind.DELETE), int(RowKind.INSERT)]
+    after = [(key, op) for ts, key, op in _written(t, "ts", "key", "op") if ts > 11]  # the rows after the DDL
+    assert sorted(after) == [((("id",), (1,)), int(RowKind.DELETE)), ((("id",), (2,)), int(RowKind.INSERT))]
 
 
 @pytest.mark.parametrize("collapse", [False, True])
@@ -170,7 +188,7 @@ def test_plans_through_arrow_equal_the_daemons_plans(seed: int, collapse: bool) 
         b.add_record(rec.partition, off, events, (rec.key, rec.value))
         originals.extend(e for e in events if isinstance(e, RowEvent) and not is_keyless(e))
     t = _table(b)
-    keyed = t.filter(pa.compute.and_(pa.compute.equal(t["kind"], ROW), pa.compute.equal(t["keyed"], True)))
+    keyed = t.filter(pa.compute.equal(t["kind"], ROWS))
     by_table: dict = {}
     for table, ev in rebuild_row_events(keyed, "x"):
         by_table.setdefault(table, []).append(ev)
@@ -196,8 +214,7 @@ def test_ops_above_the_collapse_bound_are_never_merged_into_a_winner() -> None:
     b.add_record(0, 3, [row_event(UPD, 13, id_val_image(1, "c"), id_val_image(1, "b"), pos=AT)], (b"", b""))
     b.add_record(0, 4, [row_event(DEL, 14, None, id_val_image(1, "c"), pos=AT)], (b"", b""))
     t = _table(b)
-    w = t.filter(t["img"].is_valid()).sort_by("ts")
-    assert list(zip(w["ts"].to_pylist(), w["lo"].to_pylist(), strict=True)) == [(12, 10), (13, 13), (14, 14)]
+    assert sorted(_written(t, "ts", "lo")) == [(12, 10), (13, 13), (14, 14)]
 
 
 def test_keyed_rows_at_or_below_the_partitions_resolved_ts_are_replays_and_not_written() -> None:
@@ -215,13 +232,46 @@ def test_keyed_rows_at_or_below_the_partitions_resolved_ts_are_replays_and_not_w
         (b"", b""),
     )
     t = _table(b)
-    w = t.filter(t["img"].is_valid())
-    assert list(zip(w["part"].to_pylist(), w["off"].to_pylist(), w["ts"].to_pylist(), strict=True)) == [
-        (0, 1, 10),
-        (1, 1, 10),
-        (0, 3, 11),
-    ]
+    assert _written(t, "part", "off", "ts") == [(0, 1, 10), (1, 1, 10), (0, 3, 11)]
     stubs = t.filter(pa.compute.and_(t["skel"], pa.compute.equal(t["kind"], ROW)))
     assert (0, 3, 10) in set(
         zip(stubs["part"].to_pylist(), stubs["off"].to_pylist(), stubs["ts"].to_pylist(), strict=True)
     )
+
+
+def test_writer_rows_of_one_key_share_a_bucket_whatever_reader_wrote_them() -> None:
+    """The writers are partitioned by bucket, so every reader must put a key's rows in one bucket;
+    a bucket's ROWS row carries the highest and lowest commit ts of its rows (the epochs' filter)."""
+    readers = [BatchBuilder(lower_ts=0, buckets=16) for _ in range(2)]
+    for part, b in enumerate(readers):
+        b.add_record(
+            part,
+            1,
+            [row_event(INS, 10 + part + i, id_val_image(i, "v"), pos=AT) for i in range(40)],
+            (b"", b""),
+        )
+    buckets: dict = {}
+    for b in readers:
+        t = _table(b)
+        rows = t.filter(pa.compute.equal(t["kind"], ROWS))
+        columns = (rows[n].to_pylist() for n in ("idx", "ts", "lo", "img"))
+        for idx, top, low, blob in zip(*columns, strict=True):
+            written = list(writer_rows(pa.table({"kind": [ROWS], "img": [blob]})))
+            assert top == max(r[0] for r in written) and low == min(r[13] for r in written)
+            for r in written:
+                buckets.setdefault(r[9], set()).add(idx)
+    assert len(buckets) == 40 and all(len(found) == 1 for found in buckets.values())
+    assert len({next(iter(found)) for found in buckets.values()}) > 4  # spread over the buckets
+
+
+def test_straddling_rows_counts_collapsed_rows_whose_ops_lie_in_two_epochs() -> None:
+    from applier.catchup.rows import straddling_rows
+
+    b = BatchBuilder(lower_ts=0, collapse_upto=1 << 62)
+    b.add_record(0, 1, [row_event(INS, 10, id_val_image(1, "a"), pos=AT)], (b"", b""))
+    b.add_record(0, 2, [row_event(UPD, 20, id_val_image(1, "b"), id_val_image(1, "a"), pos=AT)], (b"", b""))
+    b.add_record(0, 3, [row_event(INS, 30, id_val_image(2, "a"), pos=AT)], (b"", b""))
+    t = _table(b)
+    assert straddling_rows(t, [15]) == 1  # key 1: ops at 10 and 20
+    assert straddling_rows(t, [5, 25]) == 0
+    assert straddling_rows(t, [20]) == 0  # an epoch's upper bound is inside it
