@@ -165,7 +165,7 @@ cdef class BatchBuilder:
                 if kind is _DELETE:
                     assert old is not None, "the decoder always gives a delete its old image"
                     key = (on, _values(old, on))
-                    self._op(partition, offset, i, table, ts, _DELETE, key, None, key_only(old, on))
+                    self._op(partition, offset, i, table, ts, _DELETE, key, None, key_only(old, on), None)
                     i += 1
                     continue
                 assert new is not None, "the decoder always gives an insert/update its new image"
@@ -177,11 +177,11 @@ cdef class BatchBuilder:
                         okey = old_handle_key(old, new, key)
                     if okey != key:
                         # The same two ops plan_table makes of a key change, now one per key.
-                        self._op(partition, offset, i, table, ts, _DELETE, okey, None, key_only(old, okey[0]))
-                        self._op(partition, offset, i, table, ts, _INSERT, key, new, None)
+                        self._op(partition, offset, i, table, ts, _DELETE, okey, None, key_only(old, okey[0]), None)
+                        self._op(partition, offset, i, table, ts, _INSERT, key, new, None, ev.new_values)
                         i += 1
                         continue
-                self._op(partition, offset, i, table, ts, kind, key, new, None)
+                self._op(partition, offset, i, table, ts, kind, key, new, None, ev.new_values)
             elif isinstance(ev, ResolvedEvent):
                 if obs is None or ev.ts > obs:
                     obs = ev.ts
@@ -224,7 +224,7 @@ cdef class BatchBuilder:
                 skeleton.append((ROW, partition, offset, row[0], ts, ev.schema, ev.table, int(ev.kind), False,
                                  True, img, None, None, digest, ts))
 
-    cdef _op(self, part, off, Py_ssize_t i, tuple table, long long ts, kind, tuple key, new, old):
+    cdef _op(self, part, off, Py_ssize_t i, tuple table, long long ts, kind, tuple key, new, old, values):
         """One op on one key: written out as a row, or (collapse) kept if it wins over the key's last.
 
         The winner of a key is its op with the greatest (commit ts, delete 0 / upsert 1), a later
@@ -233,7 +233,7 @@ cdef class BatchBuilder:
         """
         cdef int prio = 0 if kind is _DELETE else 1
         if self._upto < 0 or ts > self._upto:
-            self._emit(ts, prio, part, off, i, table[0], table[1], kind, key, new, old, ts)
+            self._emit(ts, prio, part, off, i, table[0], table[1], kind, key, self._compact(new, values), old, ts)
             return
         cdef dict best
         if self._last_group is not None and self._last_table == table:
@@ -249,7 +249,7 @@ cdef class BatchBuilder:
         cdef list cur = best.get(key)
         cdef long long lo, cur_ts
         if cur is None:
-            best[key] = [ts, prio, part, off, i, kind, new, old, ts]
+            best[key] = [ts, prio, part, off, i, kind, self._compact(new, values), old, ts]
             self._best_keys += 1
             if self._best_keys >= self.max_keys:
                 self._flush_best()
@@ -263,7 +263,7 @@ cdef class BatchBuilder:
             cur[3] = off
             cur[4] = i
             cur[5] = kind
-            cur[6] = new
+            cur[6] = self._compact(new, values)
             cur[7] = old
             if ts < lo:
                 cur[8] = ts
@@ -272,14 +272,13 @@ cdef class BatchBuilder:
 
     cdef _emit(self, long long ts, int prio, part, off, Py_ssize_t i, scm, tbl, kind, tuple key, new, old,
                long long lo):
-        """One row for the writers, into its handle key's bucket (``rows.WriterRow``): a new image
-        as its shared layout and a tuple of values (``compact_image``), so that a bucket's pickle
-        holds each layout once."""
+        """One row for the writers, into its handle key's bucket (``rows.WRITER_ROW``); ``new`` is
+        a ``CompactImage`` (or None), whose layout is then pickled once per bucket."""
         cdef object shape = None
         cdef tuple values = None
         if new is not None:
-            values = tuple([col["v"] for col in (<dict>new).values()])
-            shape = compact_image(new, values, self._shapes).shape
+            shape = new.shape
+            values = new.column_values
         cdef Py_ssize_t bucket = 0
         if self.buckets > 1:
             bucket = crc32(_dumps((scm, tbl, key), _PICKLE)) % self.buckets
@@ -288,6 +287,16 @@ cdef class BatchBuilder:
         )
         self._out_rows += 1
         self.data_rows += 1
+
+    cdef object _compact(self, new, values):
+        """An upsert's new image as a ``CompactImage`` (None for a delete): a kept winner holds a
+        tuple of values and a shared layout instead of a dict of column dicts, about a fifth of
+        the memory, and the writers' pickles hold each layout once."""
+        if new is None:
+            return None
+        if values is None:
+            values = tuple([col["v"] for col in (<dict>new).values()])
+        return compact_image(new, values, self._shapes)
 
     cdef _flush_best(self):
         for (_seg, scm, tbl), best in self._best.items():
