@@ -58,9 +58,10 @@ from applier.stream.table_filter import table_event_filter
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
 from sqlgen import Dialect, TablePlan, plan_table
 
-# More writer partitions than cores when an epoch is big: bounds a writer task's memory. Counted in
-# rows the readers wrote (after their collapse), which is what a writer holds.
-ROWS_PER_WRITER = 100_000
+# More writer partitions than cores when an epoch is huge: bounds a writer task's memory. Counted in
+# rows the readers wrote (after their collapse), of which a writer holds the pickles (a few hundred
+# bytes a row) and a group of buckets at a time as events, plans and statements (writer.py).
+ROWS_PER_WRITER = 1_000_000
 # Writer buckets: the readers spread the rows for the writers over this many buckets by handle key
 # and send each bucket's rows of a flush as one Spark row (rows.py); each writer task takes a share
 # of the buckets. Many more than writer tasks, so that Spark's hashing of bucket numbers to tasks
@@ -471,7 +472,9 @@ class CatchupJob:
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
         parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
-        parts = min(max(parallel, -(-data_rows // ROWS_PER_WRITER)), WRITER_BUCKETS)
+        # Whole rounds of ``parallel`` tasks: one more task than a round leaves the last one alone.
+        rounds = -(-data_rows // (ROWS_PER_WRITER * parallel))
+        parts = min(max(1, rounds) * parallel, WRITER_BUCKETS)
         rows = (
             # A ROWS row holds one bucket's rows of a reader's flush, their commit ts from lo to ts.
             decoded.filter(

@@ -209,16 +209,30 @@ def rebuild_row_events(
         if img is None or kind not in (ROW, ROWS):
             continue
         if kind == ROWS:
-            for ts, _prio, part, off, idx, scm, tbl, op, _kn, _kv, shape, vals, old, _lo in pickle.loads(img):
-                new = None if shape is None else CompactImage(shape, vals)
-                pos = position(topic, part, off, idx, places)
-                yield (scm, tbl), RowEvent(ts, scm, tbl, kinds[op], new, old, None, pos, None, vals)
+            yield from rebuild_writer_events([img], topic, places)
             continue
         new, old, rid = load_images(img)
         yield (
             (scm, tbl),
             RowEvent(ts, scm, tbl, kinds[op], new, old, None, position(topic, part, off, idx, places), rid),
         )
+
+
+def rebuild_writer_events(
+    blobs: Iterable[bytes], topic: str, places: Places | None = None
+) -> Iterable[tuple[tuple[str, str], RowEvent]]:
+    """((schema, table), RowEvent) of the writer rows pickled in ``blobs`` (ROWS rows' ``img``). A
+    new image comes back as a :class:`CompactImage` of its layout and values, which planning reads
+    directly."""
+    kinds = _KINDS
+    for blob in blobs:
+        for ts, _prio, part, off, idx, scm, tbl, op, _kn, _kv, shape, vals, old, _lo in pickle.loads(blob):
+            new = None if shape is None else CompactImage(shape, vals)
+            pos = position(topic, part, off, idx, places)
+            yield (scm, tbl), RowEvent(ts, scm, tbl, kinds[op], new, old, None, pos, None, vals)
+
+
+_KINDS = {int(k): RowKind(k) for k in RowKind}
 
 
 def straddling_rows(batch: pa.RecordBatch | pa.Table, uppers: Sequence[int]) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import pymysql
 
 from applier.apply.transaction import TransactionRunner
-from applier.catchup.rows import rebuild_row_events
+from applier.catchup.rows import rebuild_writer_events
 from applier.codec.events import RowEvent
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.url import DownstreamConfig
@@ -126,17 +126,23 @@ def _execute(cur: pymysql.cursors.Cursor, st: Statement, spec: WriteSpec) -> Non
         ) from None
 
 
-def _chunks(stmts: list[Statement], commit_rows: int) -> Iterator[list[Statement]]:
+def _chunks(stmts: list[Statement], commit_rows: int, *, whole: bool = True) -> Iterator[list[Statement]]:
+    """Statements taken from the front of ``stmts`` in transactions of ``commit_rows`` rows or
+    more; ``whole``: the rest too, else it stays in ``stmts`` for the next group's statements."""
     chunk: list[Statement] = []
     rows = 0
+    taken = 0
     for st in stmts:
         chunk.append(st)
         rows += st.rows
         if rows >= commit_rows:
+            taken += len(chunk)
             yield chunk
             chunk, rows = [], 0
-    if chunk:
+    if chunk and whole:
+        taken += len(chunk)
         yield chunk
+    del stmts[:taken]
 
 
 def plan_keyed_events(by_table: dict[TableKey, list[RowEvent]]) -> list[TablePlan]:
@@ -154,53 +160,89 @@ def _order(ev: RowEvent) -> tuple[int, int, int, int]:
 
 
 def write_keyed(batches: Iterator[Any], spec: WriteSpec) -> WriteStats:
-    """Apply one writer partition's keyed rows (Arrow batches of rows.SPARK_SCHEMA) downstream."""
+    """Apply one writer partition's keyed rows (ROWS rows of rows.SPARK_SCHEMA) downstream.
+
+    The rows arrive as pickled lists, one per writer bucket and reader flush, and no key has rows
+    in two buckets: so the task keeps only the pickles (a few hundred bytes a row) and rebuilds,
+    plans and writes a group of buckets of about ``GROUP_ROWS`` rows at a time. A task's memory
+    then grows with its share of the epoch at the pickles' size, not at the size of its events,
+    plans and statements.
+    """
     stats = WriteStats()
-    by_table: dict[TableKey, list[RowEvent]] = {}
-    # Millions of live dicts and no reference cycles: the cyclic collector would only re-scan them.
+    # Millions of live objects and no reference cycles: the cyclic collector would only re-scan them.
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    try:
-        return _write_keyed(batches, spec, stats, by_table)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-
-
-def _write_keyed(
-    batches: Iterator[Any],
-    spec: WriteSpec,
-    stats: WriteStats,
-    by_table: dict[TableKey, list[RowEvent]],
-) -> WriteStats:
-    for batch in batches:
-        for table, ev in rebuild_row_events(batch, spec.topic, spec.places):
-            if spec.skip(table, ev.commit_ts):
-                continue
-            lst = by_table.get(table)
-            if lst is None:
-                by_table[table] = [ev]
-            else:
-                lst.append(ev)
-    plans = plan_keyed_events(by_table)
-    del by_table
     session = _runner(spec, stats)
     try:
-        for tp in plans:
-            stats.add_plan(tp)
-            stmts = list(table_statements(tp, spec.dialect, spec.router))
-            for chunk in _chunks(stmts, spec.commit_rows):
-
-                def unit(conn: pymysql.connections.Connection, chunk: list[Statement] = chunk) -> None:
-                    with conn.cursor() as cur:
-                        for st in chunk:
-                            _execute(cur, st, spec)
-                    conn.commit()
-
-                session.run(unit)
+        pending: list[Statement] = []
+        for group in _bucket_groups(batches):
+            plans = _plan_group(group, spec)
+            del group
+            for tp in plans:
+                stats.add_plan(tp)
+                pending.extend(table_statements(tp, spec.dialect, spec.router))
+            for chunk in _chunks(pending, spec.commit_rows, whole=False):
+                _commit(session, chunk, spec)
+        for chunk in _chunks(pending, spec.commit_rows):
+            _commit(session, chunk, spec)
     finally:
         session.close()
+        if gc_was_enabled:
+            gc.enable()
     return stats
+
+
+GROUP_ROWS = 50_000
+"""Rows a writer task rebuilds, plans and binds at once (whole buckets, see :func:`write_keyed`)."""
+
+
+def _bucket_groups(batches: Iterator[Any]) -> Iterator[list[tuple[Any, bytes]]]:
+    """The ROWS rows of ``batches`` as (batch columns, pickle) lists of whole buckets, each group
+    about ``GROUP_ROWS`` rows, once every batch is read."""
+    by_bucket: dict[int, list[bytes]] = {}
+    sizes: dict[int, int] = {}
+    for batch in batches:
+        for bucket, count, blob in zip(
+            *(batch.column(name).to_pylist() for name in ("idx", "off", "img")), strict=True
+        ):
+            by_bucket.setdefault(bucket, []).append(blob)
+            sizes[bucket] = sizes.get(bucket, 0) + count
+    group: list[bytes] = []
+    rows = 0
+    for bucket in sorted(by_bucket):
+        group.extend(by_bucket.pop(bucket))
+        rows += sizes[bucket]
+        if rows >= GROUP_ROWS:
+            yield group
+            group, rows = [], 0
+    if group:
+        yield group
+
+
+def _plan_group(blobs: list[bytes], spec: WriteSpec) -> list[TablePlan]:
+    """Plans of the writer rows in ``blobs`` that belong to this epoch (``rows.writer_rows``)."""
+    by_table: dict[TableKey, list[RowEvent]] = {}
+    for table, ev in rebuild_writer_events(blobs, spec.topic, spec.places):
+        if spec.skip(table, ev.commit_ts):
+            continue
+        lst = by_table.get(table)
+        if lst is None:
+            by_table[table] = [ev]
+        else:
+            lst.append(ev)
+    return plan_keyed_events(by_table)
+
+
+def _commit(session: TransactionRunner, chunk: list[Statement], spec: WriteSpec) -> None:
+    """One transaction of ``chunk`` (replayed by ``session`` after a transient error)."""
+
+    def unit(conn: pymysql.connections.Connection) -> None:
+        with conn.cursor() as cur:
+            for st in chunk:
+                _execute(cur, st, spec)
+        conn.commit()
+
+    session.run(unit)
 
 
 def write_keyless(tp: TablePlan, spec: WriteSpec) -> WriteStats:

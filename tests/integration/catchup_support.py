@@ -29,7 +29,15 @@ def spark_session() -> Any:
 
     from applier.catchup.session import build_session
 
-    spark = build_session("local[2]", {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "4"})
+    # Forked workers (the daemon): this session runs hundreds of tiny jobs, where starting an
+    # interpreter per task (the command's local default) would double the tests' time. The
+    # subprocess runs (run_catchup_process) keep the command's defaults.
+    conf = {
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.python.use.daemon": "true",
+    }
+    spark = build_session("local[2]", conf)
     atexit.register(spark.stop)
     return spark
 

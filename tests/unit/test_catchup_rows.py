@@ -275,3 +275,22 @@ def test_straddling_rows_counts_collapsed_rows_whose_ops_lie_in_two_epochs() -> 
     assert straddling_rows(t, [15]) == 1  # key 1: ops at 10 and 20
     assert straddling_rows(t, [5, 25]) == 0
     assert straddling_rows(t, [20]) == 0  # an epoch's upper bound is inside it
+
+
+def test_a_writer_takes_whole_buckets_a_group_at_a_time_and_commits_by_rows(monkeypatch) -> None:
+    """write_keyed's helpers: no bucket is split between two groups (its keys may have rows in
+    several pickles), and statements left over from a group wait for the next one's."""
+    from applier.catchup import writer
+
+    monkeypatch.setattr(writer, "GROUP_ROWS", 5)
+    batch = pa.table({"idx": [3, 1, 3, 2, 1], "off": [2, 2, 2, 4, 1], "img": [b"a", b"b", b"c", b"d", b"e"]})
+    assert list(writer._bucket_groups(iter([batch]))) == [[b"b", b"e", b"d"], [b"a", b"c"]]
+
+    class St:
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    pending = [St(3), St(3), St(1)]
+    assert [[s.rows for s in c] for c in writer._chunks(pending, 5, whole=False)] == [[3, 3]]
+    assert [s.rows for s in pending] == [1]
+    assert [[s.rows for s in c] for c in writer._chunks(pending, 5)] == [[1]] and pending == []
