@@ -196,9 +196,9 @@ GROUP_ROWS = 50_000
 """Rows a writer task rebuilds, plans and binds at once (whole buckets, see :func:`write_keyed`)."""
 
 
-def _bucket_groups(batches: Iterator[Any]) -> Iterator[list[tuple[Any, bytes]]]:
-    """The ROWS rows of ``batches`` as (batch columns, pickle) lists of whole buckets, each group
-    about ``GROUP_ROWS`` rows, once every batch is read."""
+def _bucket_groups(batches: Iterator[Any]) -> Iterator[list[bytes]]:
+    """The pickled writer-row lists (``img``) of the ROWS rows of ``batches``, in groups of whole
+    buckets of about ``GROUP_ROWS`` rows each, once every batch is read."""
     by_bucket: dict[int, list[bytes]] = {}
     sizes: dict[int, int] = {}
     for batch in batches:
