@@ -66,7 +66,7 @@ cdef class BatchBuilder:
     cdef readonly Py_ssize_t buckets
     cdef long long _lower
     cdef long long _upto  # -1: no collapsing
-    cdef list _out  # per writer bucket: the rows the writers read (rows.WriterRow tuples)
+    cdef list _out  # per writer bucket: the rows the writers read (rows.WRITER_ROW tuples)
     cdef Py_ssize_t _out_rows
     cdef dict _shapes  # image column names -> ImageShape (compact_image's layouts)
     cdef list _skel  # skeleton rows: bundled at each flush (rows module docstring)
@@ -290,7 +290,7 @@ cdef class BatchBuilder:
 
     cdef object _compact(self, new, values):
         """An upsert's new image as a ``CompactImage`` (None for a delete): a kept winner holds a
-        tuple of values and a shared layout instead of a dict of column dicts, about a fifth of
+        tuple of values and a shared layout instead of a dict of column dicts, a fraction of
         the memory, and the writers' pickles hold each layout once."""
         if new is None:
             return None
