@@ -202,7 +202,7 @@ def rebuild_row_events(
     images, in batch order (positions: :func:`position`). A writer row's new image comes back as a
     :class:`CompactImage` of its layout and values, which planning reads directly."""
     names = ("kind", "part", "off", "idx", "ts", "scm", "tbl", "op", "img")
-    kinds = {int(k): RowKind(k) for k in RowKind}
+    kinds = _KINDS
     for kind, part, off, idx, ts, scm, tbl, op, img in zip(
         *(batch.column(name).to_pylist() for name in names), strict=True
     ):
