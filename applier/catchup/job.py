@@ -38,7 +38,7 @@ from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
-from applier.catchup.replay import SKELETON_COLUMNS, Skeleton, replay_skeleton
+from applier.catchup.replay import Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
 from applier.catchup.rows import BUNDLE, DDL, RESOLVED, ROW, ROWS, STATS, straddling_rows, unbundle
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
@@ -258,7 +258,6 @@ class CatchupJob:
             **(quiet if several else {}),
         )
         from pyspark import StorageLevel
-        from pyspark.sql import functions as F
 
         collapse_upto = self._collapse_bound(source, plan, lower)  # while the JVM starts
         spark = self._session()
@@ -282,7 +281,6 @@ class CatchupJob:
                 filter=self.tables.tables.rules if self.tables is not None else (),
             )
             progress.stage("scan", total_records=total)
-            skeleton_tab = self._empty_skeleton()
             if ranges:
                 decoded = (
                     spark.read.format(SOURCE_NAME)
@@ -290,10 +288,9 @@ class CatchupJob:
                     .load()
                     .persist(StorageLevel.MEMORY_AND_DISK)
                 )
-                # The readers bundle their skeleton rows (rows.BUNDLE): a few large rows.
-                bundles = _spark_call(lambda: decoded.filter(F.col("kind") == F.lit(BUNDLE)).toArrow())
-                skeleton_tab = unbundle(bundles).select(list(SKELETON_COLUMNS))
-            skeleton = Skeleton.from_arrow(skeleton_tab, self.topic, places)
+                skeleton = self._collect_skeleton(decoded, places)
+            else:
+                skeleton = Skeleton.from_arrow(self._empty_skeleton(), self.topic, places)
             s.records, s.events = skeleton.records_read, skeleton.row_events
             if self.tables is not None:  # the reading tasks dropped them; said here, once each
                 for schema, table in sorted(skeleton.filtered_tables):
@@ -336,6 +333,7 @@ class CatchupJob:
                 drained={p: (bounds[p][1], ts) for p, ts in plan.drained.items()},
                 places=places,
             )
+            skeleton.drop_rows()  # the writers' turn: their rows are in the JVM and the workers
             s.keyless_replays_dropped = replay.replayed_keyless
             keyless = _keyless_by_epoch(replay.keyless_rows, epochs)
             self.log.info(
@@ -427,6 +425,17 @@ class CatchupJob:
             .load()
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
+
+    def _collect_skeleton(self, decoded: Any, places: dict) -> Skeleton:
+        """The skeleton of the scan: the readers bundle their skeleton rows (``rows.BUNDLE``, a few
+        large rows), the driver collects and opens the bundles and sorts the rows once. Only the
+        sorted copy outlives this call (at 10M events each copy is about 90 MB of Arrow)."""
+        from pyspark.sql import functions as F
+
+        bundles = _spark_call(lambda: decoded.filter(F.col("kind") == F.lit(BUNDLE)).toArrow())
+        rows = unbundle(bundles)
+        del bundles
+        return Skeleton.from_arrow(rows, self.topic, places)
 
     @staticmethod
     def _empty_skeleton() -> pa.Table:

@@ -27,8 +27,10 @@ of the resolved ts in force there so that a daemon started there drops the same 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,9 +62,13 @@ SKELETON_COLUMNS = (
 
 @dataclass
 class Skeleton:
-    """The skeleton rows collected from the scan, sorted by (partition, offset, index)."""
+    """The skeleton rows collected from the scan, sorted by (partition, offset, index).
 
-    table: pa.Table
+    ``table`` is read only by :func:`replay_skeleton`; :meth:`drop_rows` frees it after that pass
+    (at 10M events it is the driver's largest object, and the writers run next).
+    """
+
+    table: pa.Table | None
     controls: list[Control] = field(default_factory=list)
     records_read: int = 0
     row_events: int = 0
@@ -73,10 +79,17 @@ class Skeleton:
 
     @classmethod
     def from_arrow(cls, table: pa.Table, topic: str, places: Places | None = None) -> Skeleton:
-        stats = table.filter(pc.equal(table["kind"], STATS))
-        body = table.filter(pc.not_equal(table["kind"], STATS)).sort_by(
-            [("part", "ascending"), ("off", "ascending"), ("idx", "ascending")]
-        )
+        """The skeleton of ``table`` (skeleton rows, in any order, in any number of chunks).
+
+        One copy of the rows is made (the sorted body, by one ``take``); the caller's ``table`` can
+        go once this returns. Tables and controls are read with Arrow, never row by row in Python.
+        """
+        is_stats = pc.equal(table["kind"], STATS)
+        stats = table.filter(is_stats)
+        order = pc.sort_indices(table, [("part", "ascending"), ("off", "ascending"), ("idx", "ascending")])
+        order = order.filter(pc.invert(pc.take(is_stats, order)))
+        body = table.select(list(SKELETON_COLUMNS)).take(order)
+        del order, is_stats
         sk = cls(body)
         sk.records_read = int(pc.sum(stats["off"]).as_py() or 0)
         sk.row_events = int(pc.sum(stats["ts"]).as_py() or 0)
@@ -97,9 +110,15 @@ class Skeleton:
                 )
             sk.controls.append(Control(p, off, idx, ts, ddl))
         rows = body.filter(pc.equal(body["kind"], ROW)).select(["scm", "tbl", "keyed"])
-        for scm, tbl, keyed in zip(*(rows[n].to_pylist() for n in ("scm", "tbl", "keyed")), strict=True):
+        seen = rows.group_by(["scm", "tbl", "keyed"]).aggregate([])
+        for scm, tbl, keyed in zip(*(seen[n].to_pylist() for n in ("scm", "tbl", "keyed")), strict=True):
             (sk.keyed_tables if keyed else sk.keyless_tables).add((scm, tbl))
         return sk
+
+    def drop_rows(self) -> None:
+        """Free the skeleton rows (after :func:`replay_skeleton`); the counts, tables and controls stay."""
+        self.table = None
+        pa.default_memory_pool().release_unused()
 
 
 @dataclass
@@ -148,50 +167,29 @@ def replay_skeleton(
     )
     listeners = {p: PartitionListener(p, progress, off) for p, off in starts.items()}
     tab = skeleton.table
-    cols = {name: tab[name].to_pylist() for name in SKELETON_COLUMNS}
+    if tab is None:
+        raise ValueError("the skeleton's rows were dropped before its replay")
     kinds = {int(k): RowKind(k) for k in RowKind}
-    n = tab.num_rows
-    i = 0
-    while i < n:
-        part, off = cols["part"][i], cols["off"][i]
+    for (part, off), rows in groupby(_skeleton_rows(tab), key=_record_of):
         pos = position(topic, part, off, 0, places)
         events: list[Event] = []
         digest = None
-        j = i
-        while j < n and cols["part"][j] == part and cols["off"][j] == off:
-            kind, ts = cols["kind"][j], cols["ts"][j]
+        for kind, _part, _off, idx, ts, scm, tbl, op, keyed, img, ddl_q, ddl_t, rec in rows:
             if kind == ROW:
-                scm, tbl = cols["scm"][j], cols["tbl"][j]
-                if cols["keyed"][j]:
-                    events.append(RowEvent(ts, scm, tbl, kinds[cols["op"][j]], _KEYED_STUB, None, None, pos))
+                if keyed:
+                    events.append(RowEvent(ts, scm, tbl, kinds[op], _KEYED_STUB, None, None, pos))
                 else:
-                    img = cols["img"][j]
                     new, old, rid = load_images(img) if img is not None else (_KEYLESS_STUB, None, None)
-                    events.append(RowEvent(ts, scm, tbl, kinds[cols["op"][j]], new, old, None, pos, rid))
-                    digest = cols["rec"][j]
+                    events.append(RowEvent(ts, scm, tbl, kinds[op], new, old, None, pos, rid))
+                    digest = rec
             elif kind == RESOLVED:
                 events.append(ResolvedEvent(ts, pos))
             elif kind == DDL:
-                events.append(
-                    ddl_event(
-                        part,
-                        off,
-                        cols["idx"][j],
-                        ts,
-                        cols["scm"][j],
-                        cols["tbl"][j],
-                        cols["ddl_q"][j],
-                        cols["ddl_t"][j],
-                        topic,
-                        places,
-                    )
-                )
-            j += 1
+                events.append(ddl_event(part, off, idx, ts, scm, tbl, ddl_q, ddl_t, topic, places))
         listener = listeners.get(part)
         if listener is None:
             raise ValueError(f"skeleton holds partition {part}, which was not planned")
         listener.feed(off, events, 0, (digest, b"") if digest is not None else None)
-        i = j
     for p, (end, ts) in sorted((drained or {}).items()):
         listeners[p].observe_drained(end, ts)  # after its last record, as the daemon's probe
 
@@ -215,3 +213,19 @@ def replay_skeleton(
         partition_resolved={p: lst.resolved for p, lst in listeners.items()},
         replayed_keyless=replayed,
     )
+
+
+REPLAY_CHUNK_ROWS = 65_536
+"""Skeleton rows turned into Python objects at a time: the whole skeleton at once (13 columns of
+640,000 rows at 10M events) took the driver's memory up by hundreds of MB."""
+
+
+def _skeleton_rows(tab: pa.Table) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``tab`` (the skeleton's columns, :data:`SKELETON_COLUMNS`) as tuples, a chunk at a time."""
+    for batch in tab.to_batches(max_chunksize=REPLAY_CHUNK_ROWS):
+        yield from zip(*(col.to_pylist() for col in batch.columns), strict=True)
+
+
+def _record_of(row: tuple[Any, ...]) -> tuple[int, int]:
+    """The (partition, offset) of a skeleton row: the record it came from."""
+    return row[1], row[2]

@@ -182,10 +182,15 @@ def bundle_row(part: int, rows: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 
 def unbundle(table: pa.Table) -> pa.Table:
-    """``table`` with each BUNDLE row replaced by the rows it holds (those first, then the rest)."""
+    """``table`` with each BUNDLE row replaced by the rows it holds (those first, then the rest).
+
+    The result is chunked (a chunk per bundle): copying it into one chunk would hold the skeleton
+    twice in the driver at once, and whoever reads it next sorts it (a copy anyway) or reads it
+    chunk by chunk.
+    """
     bundled = pc.equal(table["kind"], BUNDLE)
     inner = [pa.ipc.open_stream(blob).read_all() for blob in table.filter(bundled)["img"].to_pylist()]
-    return pa.concat_tables([*inner, table.filter(pc.invert(bundled))]).combine_chunks()
+    return pa.concat_tables([*inner, table.filter(pc.invert(bundled))])
 
 
 def writer_rows(batch: pa.RecordBatch | pa.Table) -> Iterable[tuple[Any, ...]]:

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import pyarrow as pa
 import pymysql
 
 from applier.apply.transaction import TransactionRunner
@@ -192,8 +193,11 @@ def write_keyed(batches: Iterator[Any], spec: WriteSpec) -> WriteStats:
     return stats
 
 
-GROUP_ROWS = 50_000
-"""Rows a writer task rebuilds, plans and binds at once (whole buckets, see :func:`write_keyed`)."""
+GROUP_ROWS = 20_000
+"""Rows a writer task rebuilds, plans and binds at once (whole buckets, see :func:`write_keyed`).
+
+About one transaction's worth (``WriteSpec.commit_rows``): 50,000 held each writer about 20 MB
+more at 10M events (``benchmarks/catchup.py``) and wrote no faster."""
 
 
 def _bucket_groups(batches: Iterator[Any]) -> Iterator[list[bytes]]:
@@ -207,6 +211,7 @@ def _bucket_groups(batches: Iterator[Any]) -> Iterator[list[bytes]]:
         ):
             by_bucket.setdefault(bucket, []).append(blob)
             sizes[bucket] = sizes.get(bucket, 0) + count
+    pa.default_memory_pool().release_unused()  # the batches are Python bytes now
     group: list[bytes] = []
     rows = 0
     for bucket in sorted(by_bucket):
