@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from applier.catchup.epochs import Control, ddl_event
 from applier.catchup.rows import DDL, RESOLVED, ROW, STATS, Places, load_images, position
-from applier.codec.events import FLAG_HANDLE_KEY, Event, ResolvedEvent, Row, RowEvent, RowKind
+from applier.codec.events import FLAG_HANDLE_KEY, ROW_KINDS, Event, ResolvedEvent, Row, RowEvent
 from applier.stream.listener import PartitionListener
 from applier.stream.progress import CheckpointState, DDLKey, SharedProgress, TableKey
 
@@ -169,7 +169,7 @@ def replay_skeleton(
     tab = skeleton.table
     if tab is None:
         raise ValueError("the skeleton's rows were dropped before its replay")
-    kinds = {int(k): RowKind(k) for k in RowKind}
+    kinds = ROW_KINDS
     for (part, off), rows in groupby(_skeleton_rows(tab), key=_record_of):
         pos = position(topic, part, off, 0, places)
         events: list[Event] = []

@@ -74,7 +74,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import applier.codec.events as codec_events
-from applier.codec.events import CompactImage, Position, RowEvent, RowKind
+from applier.codec.events import ROW_KINDS, CompactImage, Position, RowEvent
 
 if TYPE_CHECKING:  # annotations only
     from applier.codec.events import Row
@@ -207,7 +207,7 @@ def rebuild_row_events(
     images, in batch order (positions: :func:`position`). A writer row's new image comes back as a
     :class:`CompactImage` of its layout and values, which planning reads directly."""
     names = ("kind", "part", "off", "idx", "ts", "scm", "tbl", "op", "img")
-    kinds = _KINDS
+    kinds = ROW_KINDS
     for kind, part, off, idx, ts, scm, tbl, op, img in zip(
         *(batch.column(name).to_pylist() for name in names), strict=True
     ):
@@ -229,15 +229,12 @@ def rebuild_writer_events(
     """((schema, table), RowEvent) of the writer rows pickled in ``blobs`` (ROWS rows' ``img``). A
     new image comes back as a :class:`CompactImage` of its layout and values, which planning reads
     directly."""
-    kinds = _KINDS
+    kinds = ROW_KINDS
     for blob in blobs:
         for ts, _prio, part, off, idx, scm, tbl, op, _kn, _kv, shape, vals, old, _lo in pickle.loads(blob):
             new = None if shape is None else CompactImage(shape, vals)
             pos = position(topic, part, off, idx, places)
             yield (scm, tbl), RowEvent(ts, scm, tbl, kinds[op], new, old, None, pos, None, vals)
-
-
-_KINDS = {int(k): RowKind(k) for k in RowKind}
 
 
 def straddling_rows(batch: pa.RecordBatch | pa.Table, uppers: Sequence[int]) -> int:

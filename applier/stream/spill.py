@@ -60,7 +60,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from applier.codec.events import Position, RowEvent, RowKind
+from applier.codec.events import ROW_KINDS, Position, RowEvent
 from sqlgen import split_phases
 
 CHUNK_ROWS = 10_000
@@ -69,8 +69,6 @@ enough that a piece (rows, plan and SQL text, about 30 MB) is a small constant n
 
 BATCH_ROWS = 1_000
 """Rows per marshal batch in a spill file (one read or write call each)."""
-
-_KINDS = {int(k): k for k in RowKind}
 
 
 def default_spill_root() -> Path:
@@ -123,7 +121,7 @@ def unpack_row(t: tuple) -> RowEvent:
         ts,
         schema,
         table,
-        _KINDS[kind],
+        ROW_KINDS[kind],
         _unpack_image(new),
         _unpack_image(old),
         ptn,
