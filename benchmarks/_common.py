@@ -802,6 +802,9 @@ class Windows:
     seconds: list[float]  # apply thread: start of the window to after its commit
     plan: list[float]  # building its SQL (before it started, often while the previous one applied)
     failed: list[str]  # fatal log lines
+    ready: list[float | None] = field(default_factory=list)
+    """From the daemon's read of what let it be released (its resolved ts on every partition) to
+    its commit: the daemon's own share of the lag (None: an older daemon's line)."""
 
     def covering(self, ts: int) -> int | None:
         """The first window that holds commit ts ``ts`` (None: none committed it)."""
@@ -818,6 +821,7 @@ def read_windows(path: str) -> Windows:
             w.rows.append(int(entry["rows"]))
             w.seconds.append(float(entry["seconds"]))
             w.plan.append(float(entry.get("plan_s", 0)))
+            w.ready.append(float(entry["ready_s"]) if entry.get("ready_s") is not None else None)
         elif event.startswith("fatal"):
             w.failed.append(event)
     return w

@@ -18,6 +18,9 @@ What it does (issue 15, "Streaming speed"):
      it minus the moment the broker acknowledged the broadcast (the latest delivery callback of its
      records, one per partition: from then on the daemon can read it). With several resolved ts
      merged into one window, each of them counts, so the older ones weigh in with their longer wait.
+     It is split in two per window: from the acknowledgement to the daemon's read of the records
+     that let the window be released (Kafka's share: the broker's fetch answers and the client),
+     and from that read to the commit (the daemon's own share: the ``ready_s`` of its log line).
    * ``row ts->commit``: for every row event, the commit of the window that holds it minus the
      physical part of its commit ts.
 
@@ -194,14 +197,23 @@ def main() -> int:
         # release -> commit, per resolved broadcast
         release = []
         started = []  # how much of it passed before the covering window's apply started
+        delivered = []  # how much of it passed before the daemon read what released the window
         for r, acked in zip(gen.resolved, prod.acked, strict=True):
             j = w.covering(r)
             if j is not None:
                 release.append(w.at[j] - acked)
                 started.append(w.at[j] - w.seconds[j] - acked)
+                if (ready := w.ready[j]) is not None:
+                    delivered.append(w.at[j] - ready - acked)
         handed = [a - h for h, a in zip(prod.handed, prod.acked, strict=True)]
         print(f"handed     : resolved broadcast produce() -> acknowledged by the broker: {spread(handed)}")
         print(f"release->commit {spread(release)} ({len(release)} resolved ts)")
+        if delivered:
+            # The two shares of release->commit: Kafka's (broker and client: fetched, handed to the
+            # daemon's poll) and the daemon's (feed, plan, apply, commit), per window.
+            print(f"  of which  : release -> read by the daemon {spread(delivered)}")
+            own = [x for x in w.ready if x is not None]
+            print(f"  and       : read -> commit (the daemon's own share) {spread(own)} ({len(own)} windows)")
         lags, weights = [], []
         for ts, n in txns:
             j = w.covering(ts)

@@ -317,17 +317,21 @@ class WindowApplier:
         done = time.monotonic()
         return PreparedWindow(window, plan, stmts, planned - started, queries, done - planned)
 
-    def apply_async(self, window: Window | PreparedWindow) -> PendingApply:
+    def apply_async(self, window: Window | PreparedWindow, ready_at: float | None = None) -> PendingApply:
         """Start :meth:`apply` on a background thread. One at a time: the caller waits for the
         returned handle's ``result()`` before it starts the next window or closes the applier."""
         prepared = window if isinstance(window, PreparedWindow) else self.prepare(window)
-        return PendingApply(prepared.window, lambda _w: self.apply(prepared))
+        return PendingApply(prepared.window, lambda _w: self.apply(prepared, ready_at))
 
-    def apply(self, window: Window | PreparedWindow) -> dict[tuple[str, str, str], int]:
+    def apply(
+        self, window: Window | PreparedWindow, ready_at: float | None = None
+    ) -> dict[tuple[str, str, str], int]:
         """Commit a window (rows or DDL) together with its checkpoint; raise ApplyError if impossible.
 
         Takes the window itself or what :meth:`prepare` made of it. Returns the row operations
-        written, by (schema, table, op), for metrics.
+        written, by (schema, table, op), for metrics. ``ready_at``: when the daemon read what let
+        the window be released (wall clock); its log line then says how long that was before the
+        commit (``ready_s``: the daemon's own share of the lag, Kafka's delivery left out).
         """
         started = time.monotonic()
         prepared = window if isinstance(window, PreparedWindow) else self.prepare(window)
@@ -338,7 +342,8 @@ class WindowApplier:
         else:
             counts = self._apply_rows(prepared)
         self.stats.windows += 1
-        lag = time.time() - tso_physical_ms(window.target_ts) / 1000.0 if window.target_ts else None
+        now = time.time()
+        lag = now - tso_physical_ms(window.target_ts) / 1000.0 if window.target_ts else None
         if window.ddl is None:
             self.log.info(
                 "window applied",
@@ -346,6 +351,7 @@ class WindowApplier:
                 tables=len(window.tables),
                 resolved_ts=window.target_ts,
                 lag_s=round(lag, 3) if lag is not None else None,
+                ready_s=round(now - ready_at, 3) if ready_at is not None else None,
                 seconds=round(time.monotonic() - started, 3),
                 # collapse + SQL text, done before (possibly while the previous window was applied)
                 plan_s=round(prepared.plan_seconds, 3),

@@ -27,6 +27,7 @@ join, and partitions that get no resolved events are given one by drain probes
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import signal
@@ -60,6 +61,7 @@ from applier.stream.partition_watch import PartitionWatch
 from applier.stream.progress import CheckpointState
 from applier.stream.spill import SpillDir, default_spill_root
 from applier.stream.table_filter import EventFilter, table_event_filter
+from applier.stream.window import Window
 from checkpoint import CheckpointStore
 
 T = TypeVar("T")
@@ -142,6 +144,7 @@ class Daemon:
     _last_spill_log = 0.0
     _spilled_total = 0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
+    _ready: collections.deque[tuple[int, float]]  # (global resolved ts, when read): see _note_ready
     large: LargeMessageQueue | None = None  # the large-message stage, when a source is configured
     tables: EventFilter | None = None  # the table filter stage, when rules are configured
 
@@ -364,7 +367,9 @@ class Daemon:
         try:
             while not self._stop.is_set():
                 records = self._read()
+                read_at = time.time()
                 self._feed(records)
+                self._note_ready(read_at)
                 applied = self._apply_ready()
                 self._report(active=bool(records) or applied)
                 self._stop_on_bad_input()
@@ -402,6 +407,28 @@ class Daemon:
         self._drain_deadline = 0.0
         self._last_spill_log = 0.0
         self._inflight = self._prepared = None
+        self._ready = collections.deque()
+
+    def _note_ready(self, read_at: float) -> None:
+        """Remember when the barrier's global resolved ts moved (``read_at``: the wall-clock time the
+        batch that moved it was read), so that each window can say how long it took from the moment
+        it could be released to its commit (``ready_s`` of its log line): the daemon's own share
+        of the replication lag, apart from Kafka's delivery."""
+        assert self.barrier is not None
+        ts = self.barrier.global_resolved()
+        if not self._ready or ts > self._ready[-1][0]:
+            self._ready.append((ts, read_at))
+
+    def _ready_at(self, window: Window) -> float | None:
+        """When ``window`` could first be released: the read that moved the global resolved ts
+        past its base. Entries the window covers are dropped (the next window's base is its target)."""
+        ready = self._ready
+        while ready and ready[0][0] <= window.base_ts:
+            ready.popleft()
+        at = ready[0][1] if ready else None
+        while ready and ready[0][0] <= window.target_ts:
+            ready.popleft()
+        return at
 
     # -- stage: read ---------------------------------------------------------------------------
     def _read(self) -> list[Record]:
@@ -696,7 +723,7 @@ class Daemon:
                     break
                 prepared = self.applier.prepare(window)
             self.observer.on_apply_start(prepared.window)
-            self._inflight = self.applier.apply_async(prepared)
+            self._inflight = self.applier.apply_async(prepared, ready_at=self._ready_at(prepared.window))
         return applied
 
     def _watch_ddl(self, connection_id: int, sql: str) -> None:
