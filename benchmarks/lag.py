@@ -21,6 +21,7 @@ What it does (issue 15, "Streaming speed"):
      It is split in two per window: from the acknowledgement to the daemon's read of the records
      that let the window be released (Kafka's share: the broker's fetch answers and the client),
      and from that read to the commit (the daemon's own share: the ``ready_s`` of its log line).
+     A daemon that falls behind pauses its reading, so its backlog then shows in the first share.
    * ``row ts->commit``: for every row event, the commit of the window that holds it minus the
      physical part of its commit ts.
 
@@ -210,7 +211,8 @@ def main() -> int:
         print(f"release->commit {spread(release)} ({len(release)} resolved ts)")
         if delivered:
             # The two shares of release->commit: Kafka's (broker and client: fetched, handed to the
-            # daemon's poll) and the daemon's (feed, plan, apply, commit), per window.
+            # daemon's poll) and the daemon's (feed, plan, apply, commit), per window. A daemon that
+            # falls behind pauses its reading (back-pressure): its backlog then counts in the first.
             print(f"  of which  : release -> read by the daemon {spread(delivered)}")
             own = [x for x in w.ready if x is not None]
             print(f"  and       : read -> commit (the daemon's own share) {spread(own)} ({len(own)} windows)")

@@ -145,6 +145,7 @@ class Daemon:
     _spilled_total = 0
     _prepared: PreparedWindow | None = None  # the next one, its SQL built ahead
     _ready: collections.deque[tuple[int, float]]  # (global resolved ts, when read): see _note_ready
+    _read_at = 0.0  # wall-clock time the batch being fed was read
     large: LargeMessageQueue | None = None  # the large-message stage, when a source is configured
     tables: EventFilter | None = None  # the table filter stage, when rules are configured
 
@@ -367,9 +368,9 @@ class Daemon:
         try:
             while not self._stop.is_set():
                 records = self._read()
-                read_at = time.time()
+                self._read_at = time.time()
                 self._feed(records)
-                self._note_ready(read_at)
+                self._note_ready()
                 applied = self._apply_ready()
                 self._report(active=bool(records) or applied)
                 self._stop_on_bad_input()
@@ -409,15 +410,16 @@ class Daemon:
         self._inflight = self._prepared = None
         self._ready = collections.deque()
 
-    def _note_ready(self, read_at: float) -> None:
-        """Remember when the barrier's global resolved ts moved (``read_at``: the wall-clock time the
-        batch that moved it was read), so that each window can say how long it took from the moment
-        it could be released to its commit (``ready_s`` of its log line): the daemon's own share
-        of the replication lag, apart from Kafka's delivery."""
+    def _note_ready(self) -> None:
+        """Remember when the barrier's global resolved ts moved (when the batch that moved it was
+        read), so that each window can say how long it took from the moment it could be released
+        to its commit (``ready_s`` of its log line): the daemon's own share of the replication lag,
+        apart from Kafka's delivery. Called after each batch is fed and before each window starts
+        (``_feed`` also hands windows over mid-batch, every ``HANDOFF_RECORDS`` records)."""
         assert self.barrier is not None
         ts = self.barrier.global_resolved()
         if not self._ready or ts > self._ready[-1][0]:
-            self._ready.append((ts, read_at))
+            self._ready.append((ts, self._read_at))
 
     def _ready_at(self, window: Window) -> float | None:
         """When ``window`` could first be released: the read that moved the global resolved ts
@@ -722,6 +724,7 @@ class Daemon:
                 if window is None:
                     break
                 prepared = self.applier.prepare(window)
+            self._note_ready()
             self.observer.on_apply_start(prepared.window)
             self._inflight = self.applier.apply_async(prepared, ready_at=self._ready_at(prepared.window))
         return applied

@@ -102,12 +102,16 @@ def _window(base_ts: int, target_ts: int) -> SimpleNamespace:
 def test_a_window_is_ready_at_the_read_that_moved_the_global_resolved_ts_past_its_base() -> None:
     barrier = _Barrier(global_resolved=100, cached_rows=0)
     daemon = _ready_daemon(barrier)
-    daemon._note_ready(1.0)  # start-up: the applied ts, nothing to release
-    daemon._note_ready(1.5)  # nothing moved: not a new moment
+    daemon._read_at = 1.0
+    daemon._note_ready()  # start-up: the applied ts, nothing to release
+    daemon._read_at = 1.5
+    daemon._note_ready()  # nothing moved: not a new moment
     barrier._resolved = 200
-    daemon._note_ready(2.0)
+    daemon._read_at = 2.0
+    daemon._note_ready()
     barrier._resolved = 300
-    daemon._note_ready(3.0)
+    daemon._read_at = 3.0
+    daemon._note_ready()
     assert daemon._ready_at(_window(100, 200)) == 2.0  # type: ignore[arg-type]
     assert daemon._ready_at(_window(200, 300)) == 3.0  # type: ignore[arg-type]
     assert daemon._ready_at(_window(300, 400)) is None  # nothing read that releases it (yet)
@@ -118,7 +122,8 @@ def test_merged_and_cut_windows_are_ready_when_their_first_rows_were() -> None:
     daemon = _ready_daemon(barrier)
     for at, ts in ((2.0, 200), (3.0, 300), (4.0, 400)):
         barrier._resolved = ts
-        daemon._note_ready(at)
+        daemon._read_at = at
+        daemon._note_ready()
     # several resolved ts merged into one window: ready when its oldest rows were
     assert daemon._ready_at(_window(100, 300)) == 2.0  # type: ignore[arg-type]
     # a window cut below a resolved ts (max_txn_rows), then the rest of it: both ready at 4.0
