@@ -56,6 +56,9 @@ class FakeBarrier:
     def total_cached_rows(self) -> int:
         return 0
 
+    def global_resolved(self) -> int:
+        return self.applied_ts
+
     def total_cached_bytes(self) -> int:
         return 0
 
