@@ -83,8 +83,15 @@ class PendingApply:
     checkpoint and every guarantee stay exactly those of the synchronous :meth:`WindowApplier.apply`.
     """
 
-    def __init__(self, window: Window, run: Callable[[Window], dict[tuple[str, str, str], int]]) -> None:
+    def __init__(
+        self,
+        window: Window,
+        run: Callable[[Window], dict[tuple[str, str, str], int]],
+        ready_at: float | None = None,
+    ) -> None:
         self.window = window
+        self.ready_at = ready_at
+        """When the daemon read what let the window be released (wall clock; None: not known)."""
         self.started = time.monotonic()
         self._run = run
         self._done = threading.Event()
@@ -321,7 +328,7 @@ class WindowApplier:
         """Start :meth:`apply` on a background thread. One at a time: the caller waits for the
         returned handle's ``result()`` before it starts the next window or closes the applier."""
         prepared = window if isinstance(window, PreparedWindow) else self.prepare(window)
-        return PendingApply(prepared.window, lambda _w: self.apply(prepared, ready_at))
+        return PendingApply(prepared.window, lambda _w: self.apply(prepared, ready_at), ready_at)
 
     def apply(
         self, window: Window | PreparedWindow, ready_at: float | None = None

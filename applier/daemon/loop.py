@@ -712,7 +712,7 @@ class Daemon:
                 window = pending.window
                 self.barrier.mark_applied(window)
                 seconds = time.monotonic() - pending.started
-                self.observer.on_window(window, seconds, rows, pending.committed_at)
+                self.observer.on_window(window, seconds, rows, pending.committed_at, pending.ready_at)
                 applied = True
                 self.reader.commit({p: o for p, o in window.resume_offsets.items() if o is not None})
             if self._stop.is_set():

@@ -94,7 +94,14 @@ class Health(Observer):
     def on_apply_start(self, window: Window) -> None:
         self.applying_since = self._clock()
 
-    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
+    def on_window(
+        self,
+        window: Window,
+        seconds: float,
+        rows: Rows,
+        commit_time: float | None = None,
+        ready_at: float | None = None,
+    ) -> None:
         now = self._clock()
         self.applying_since = None
         self.failing_since = self.last_retry_error = None

@@ -172,6 +172,13 @@ class MetricsObserver(Observer):
             "resolved ts it was applied up to (so it includes how late TiCDC sent that resolved ts).",
             buckets=COMMIT_LAG_BUCKETS,
         )
+        self.ready_to_commit = histogram(
+            "applier_ready_to_commit_seconds",
+            "Per committed row window: from the daemon's read of the records that let it be released "
+            "(its resolved ts on every partition) to its commit: the applier's own share of the "
+            "commit lag (TiCDC's and Kafka's delivery left out).",
+            buckets=COMMIT_LAG_BUCKETS,
+        )
         self.retries = counter(
             "applier_downstream_retries_total",
             "Transient downstream errors whose transaction was replayed, by class (lock_wait, "
@@ -243,7 +250,14 @@ class MetricsObserver(Observer):
         self.ready.set(1)
         self._failing_since = None  # transient errors of the start-up are over
 
-    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
+    def on_window(
+        self,
+        window: Window,
+        seconds: float,
+        rows: Rows,
+        commit_time: float | None = None,
+        ready_at: float | None = None,
+    ) -> None:
         self.transactions.inc()
         self.batch_seconds.observe(seconds)
         if window.ddl is not None:
@@ -253,6 +267,8 @@ class MetricsObserver(Observer):
             if window.target_ts > 0:
                 at = self._clock() if commit_time is None else commit_time
                 self.commit_lag.observe(at - tso_seconds(window.target_ts))
+                if ready_at is not None:
+                    self.ready_to_commit.observe(max(0.0, at - ready_at))
         for (schema, table, op), n in rows.items():
             if n:
                 self.rows.labels(schema, table, op).inc(n)

@@ -33,9 +33,17 @@ class Observer:
     def on_apply_start(self, window: Window) -> None:
         """A window is about to be applied: the loop now waits for the database (a DDL can take hours)."""
 
-    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
+    def on_window(
+        self,
+        window: Window,
+        seconds: float,
+        rows: Rows,
+        commit_time: float | None = None,
+        ready_at: float | None = None,
+    ) -> None:
         """A window was committed (at ``commit_time``, Unix seconds, when known); ``rows`` counts
-        its row operations."""
+        its row operations. ``ready_at``: when the daemon read the records that let the window be
+        released (Unix seconds, when known), see ``applier_ready_to_commit_seconds``."""
 
     def on_retry(self, error: BaseException) -> None:
         """A transient downstream error: the transaction will be replayed."""
@@ -74,8 +82,15 @@ class Observers(Observer):
     def on_apply_start(self, window: Window) -> None:
         self._call("on_apply_start", window)
 
-    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
-        self._call("on_window", window, seconds, rows, commit_time)
+    def on_window(
+        self,
+        window: Window,
+        seconds: float,
+        rows: Rows,
+        commit_time: float | None = None,
+        ready_at: float | None = None,
+    ) -> None:
+        self._call("on_window", window, seconds, rows, commit_time, ready_at)
 
     def on_retry(self, error: BaseException) -> None:
         self._call("on_retry", error)

@@ -189,7 +189,14 @@ class SystemdObserver(Observer):
         self._send_ready()
         self._ping()
 
-    def on_window(self, window: Window, seconds: float, rows: Rows, commit_time: float | None = None) -> None:
+    def on_window(
+        self,
+        window: Window,
+        seconds: float,
+        rows: Rows,
+        commit_time: float | None = None,
+        ready_at: float | None = None,
+    ) -> None:
         self._applied_ts = max(self._applied_ts, window.target_ts)
         self._rows += sum(rows.values())
 

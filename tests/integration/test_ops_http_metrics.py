@@ -137,6 +137,8 @@ def test_metrics_move_as_rows_are_applied_and_probes_answer(feed: Changefeed) ->
         # Every row window is observed in the commit lag histogram at its commit (idle now: no race).
         row_windows = value(final, "applier_transactions_total") - len(sim.ddl_events)
         assert value(final, "applier_commit_lag_seconds_count") == row_windows > 0
+        # ... and those the loop saw become ready (their resolved ts read) in the applier's own share.
+        assert 0 < value(final, "applier_ready_to_commit_seconds_count") <= row_windows
         ops = {dict(k[1]).get("op") for k in final if k[0] == "applier_rows_applied_total"}
         assert ops <= {"insert", "replace", "delete"} and ops
         for p in range(PARTITIONS):

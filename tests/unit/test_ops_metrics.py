@@ -141,3 +141,19 @@ def test_commit_lag_histogram_observes_each_row_window_at_its_commit() -> None:
     assert s[("applier_commit_lag_seconds_bucket", (("le", "60.0"),))] == 2
     m.on_window(window(TS), 0.1, {})  # commit time unknown: the clock now
     assert _samples(m)[("applier_commit_lag_seconds_sum", ())] == pytest.approx(30.57)
+
+
+def test_ready_to_commit_histogram_observes_the_applier_s_own_share_of_row_windows() -> None:
+    m = MetricsObserver(clock=Clock(tso_seconds(TS) + 30), process_metrics=False)
+    assert _samples(m)[("applier_ready_to_commit_seconds_count", ())] == 0  # exported before any window
+    at = tso_seconds(TS) + 2.0
+    m.on_window(window(TS), 0.1, {}, at, at - 0.12)
+    m.on_window(window(TS + 1), 0.1, {}, at + 1, at + 0.6)
+    m.on_window(window(TS + 2), 0.1, {}, at + 2)  # when it was ready is not known: not observed
+    m.on_window(window(TS + 10, ddl=object()), 0.1, {}, at + 3, at + 2.5)  # a DDL: not a row window
+    s = _samples(m)
+    assert s[("applier_ready_to_commit_seconds_count", ())] == 2
+    assert s[("applier_ready_to_commit_seconds_sum", ())] == pytest.approx(0.52)
+    assert s[("applier_ready_to_commit_seconds_bucket", (("le", "0.15"),))] == 1
+    assert s[("applier_ready_to_commit_seconds_bucket", (("le", "0.5"),))] == 2
+    assert s[("applier_commit_lag_seconds_count", ())] == 3  # the commit lag counts every row window
