@@ -531,6 +531,42 @@ def produce_paced(bootstrap: str, topic: str, gen: PacedGenerator, events: int, 
 # -- the database ------------------------------------------------------------------------------
 
 
+def private_db_arguments(ap, buffer_pool: str = "1G") -> None:
+    """``--private-db`` and ``--buffer-pool`` on argument parser ``ap`` (see ``start_private_db``)."""
+    ap.add_argument(
+        "--private-db",
+        action="store_true",
+        help="apply to a mariadbd started for this run (with --buffer-pool) instead of --downstream",
+    )
+    ap.add_argument(
+        "--buffer-pool", default=buffer_pool, help=f"the private database's buffer pool ({buffer_pool})"
+    )
+
+
+def start_private_db(buffer_pool: str):
+    """A ``mariadbd`` of this run only, in a temporary directory, with an InnoDB buffer pool of
+    ``buffer_pool`` (``tests/integration/private_mariadb.py``; ``stop()`` removes it). The shared
+    server keeps whatever its distribution set (128 MiB on Debian), which a benchmark's table of a
+    million rows outgrows; a production server is sized to hold its working set."""
+    sys.path.insert(0, str(ROOT))  # tests.integration is not installed
+    from tests.integration.private_mariadb import start_plain_mariadb
+
+    return start_plain_mariadb(
+        Path(tempfile.mkdtemp(prefix="bench-db-")),
+        f"--innodb-buffer-pool-size={buffer_pool}",
+        "--max-connections=200",
+    )
+
+
+def database_line(conn: pymysql.connections.Connection, url: str, private: bool) -> str:
+    """``database   : <version> at <url>; InnoDB buffer pool N MiB``: what the figures depend on."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION(), @@innodb_buffer_pool_size")
+        version, pool = cur.fetchone()
+    where = " (private, started for this run)" if private else ""
+    return f"database   : {version} at {url}{where}; InnoDB buffer pool {int(pool) / 2**20:,.0f} MiB"
+
+
 def db_params(url: str) -> dict:
     u = urlparse(url)
     return {

