@@ -395,14 +395,18 @@ class CheckpointStore:
             cur, self._t("partition_offset"), columns, ("next_offset", "resolved_ts"), partition_rows
         )
 
-    def fence(self, cur: pymysql.cursors.Cursor, owner: str | None) -> None:
+    def fence(self, cur: pymysql.cursors.Cursor, owner: str | None, *, shared: bool = False) -> None:
         """Lock the changefeed row and raise :class:`FencedOut` unless ``owner`` is its last
         claimant (no-op for ``owner`` None). The row lock lasts until the caller's commit, which
-        is what makes the fence airtight for everything written in that transaction."""
+        is what makes the fence airtight for everything written in that transaction. ``shared``:
+        a shared lock, for sessions that write rows beside the one that writes the checkpoint
+        (applier.apply.workers): they do not wait for each other, and a :meth:`claim` waits for
+        all of them."""
         if owner is None:
             return
+        lock = "LOCK IN SHARE MODE" if shared else "FOR UPDATE"
         cur.execute(
-            f"SELECT `owner` FROM {self._t('changefeed')} WHERE `changefeed` = %s FOR UPDATE",
+            f"SELECT `owner` FROM {self._t('changefeed')} WHERE `changefeed` = %s {lock}",
             (self.changefeed,),
         )
         row = cur.fetchone()

@@ -19,6 +19,7 @@ import pymysql
 
 from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
 from applier.apply.transaction import TransactionRunner
+from applier.apply.workers import WorkerFailed, WorkerSessions
 from applier.codec.events import tso_physical_ms
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog
@@ -27,7 +28,7 @@ from applier.downstream.watch import StatementWatch, Watched
 from applier.errors import FatalError
 from applier.ops.logs import get_logger
 from applier.stream.window import Window
-from checkpoint import CheckpointStore
+from checkpoint import CheckpointStore, FencedOut
 from sqlgen import (
     BINLOG_CACHE_FULL,
     Dialect,
@@ -149,6 +150,7 @@ class WindowApplier:
         retry_report_seconds: float = 60.0,
         router: Router | None = None,
         partition_key: Callable[[int], int | tuple[str, int]] = lambda p: p,
+        workers: int = 0,
     ) -> None:
         # The checkpoint committed with each window, and the fence token it is written with.
         self._store = store
@@ -181,6 +183,13 @@ class WindowApplier:
         self._deferred_retries: list[BaseException] = []
         self._bind_seconds = 0.0
         self._escape: Callable[[Any], str] | None = None  # a session's value escaping (Statement.bound)
+        self._workers = (
+            WorkerSessions(downstream, workers, fence=lambda cur: store.fence(cur, owner, shared=True))
+            if workers > 0
+            else None
+        )
+        """Sessions that write the keyed rows of large windows beside this one (applier.apply.workers)."""
+        self._workers_used = 0  # workers that wrote part of the last window
         self._tx = TransactionRunner(
             downstream,
             max_time=None,
@@ -230,6 +239,8 @@ class WindowApplier:
         return landed
 
     def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
         self._tx.close()
         self._connection_id = None
 
@@ -360,6 +371,7 @@ class WindowApplier:
                 lag_s=round(lag, 3) if lag is not None else None,
                 ready_s=round(now - ready_at, 3) if ready_at is not None else None,
                 seconds=round(time.monotonic() - started, 3),
+                **({"workers": self._workers_used} if self._workers is not None else {}),
                 # collapse + SQL text, done before (possibly while the previous window was applied)
                 plan_s=round(prepared.plan_seconds, 3),
                 bind_s=round(self._bind_seconds, 3),  # values escaped into the SQL text by pymysql
@@ -391,7 +403,7 @@ class WindowApplier:
         be: ``sqlgen.dml`` cuts the others to it) is an ApplyError before it is sent; the
         transaction rolls back, so nothing of the window is written.
         """
-        window, plan, stmts, queries = prepared.window, prepared.plan, prepared.statements, prepared.queries
+        window, plan = prepared.window, prepared.plan
         streamed_counts: dict[tuple[str, str, str], int] = {}
 
         def unit() -> None:
@@ -402,7 +414,7 @@ class WindowApplier:
             try:
                 with conn.cursor() as cur:
                     if window.streamed is None:
-                        bind = self._execute(cur, stmts, queries, window)
+                        bind = self._execute_window(cur, prepared)
                     else:
                         streamed_counts.clear()  # a replayed attempt starts from the first piece
                         for chunk in window.streamed.chunks():
@@ -427,6 +439,51 @@ class WindowApplier:
             self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
         return counts
 
+    def _execute_window(self, cur: pymysql.cursors.Cursor, prepared: PreparedWindow) -> float:
+        """Run a window's statements on this session, or, when it is large enough and workers are
+        configured, its keyed statements on the workers and the rest here (applier.apply.workers);
+        returns the seconds spent binding values here."""
+        window, stmts, queries = prepared.window, prepared.statements, prepared.queries
+        workers = self._workers
+        self._workers_used = 0
+        split = None
+        if workers is not None and queries is not None and prepared.plan is not None:
+            split = workers.split(prepared.plan, stmts, self._router)
+        if split is None or queries is None or workers is None:
+            return self._execute(cur, stmts, queries, window)
+        own, shares = split
+        for st, query in zip(stmts, queries, strict=True):
+            # As on one session: a statement the server would refuse fails the window before any is sent.
+            self._check_size(st, query, window)
+        started = workers.start(shares, stmts, queries, lambda c, s, q: self._execute(c, s, q, window))
+        watched = self._watched
+        if watched is not None:
+            for session_id, _future in started:
+                watched.also(session_id)  # reported when they wait on a lock, killed on stop
+        failed: WorkerFailed | None = None
+        try:
+            self._execute(cur, [stmts[i] for i in own], [queries[i] for i in own], window)
+        finally:
+            try:
+                workers.wait(started)  # never leave a worker running into the next attempt
+            except WorkerFailed as exc:
+                failed = exc
+        if failed is None:
+            self._workers_used = len(started)
+            return 0.0
+        cause = failed.__cause__
+        if isinstance(cause, FencedOut):
+            raise cause
+        if self._stop_requested():
+            raise Stopping() from cause
+        self.log.warning(
+            "a worker session failed: writing the whole window on its own session",
+            error=str(cause),
+            resolved_ts=window.target_ts,
+        )
+        cur.connection.rollback()
+        return self._execute(cur, stmts, queries, window)
+
     def _execute(
         self, cur: pymysql.cursors.Cursor, stmts: list[Statement], queries: list[str] | None, window: Window
     ) -> float:
@@ -442,12 +499,7 @@ class WindowApplier:
                     bind += clock() - started
                 else:
                     query = queries[i]
-                too_large = statement_too_large(st, query, self._dialect)
-                if too_large is not None:  # the server would drop the session
-                    raise ApplyError(
-                        f"{too_large}; window up to ts {window.target_ts}: nothing of it "
-                        "is written, the checkpoint stays before it"
-                    )
+                self._check_size(st, query, window)
                 cur.execute(query)  # no args: pymysql sends it as it is
             except pymysql.MySQLError as exc:
                 if is_transient(exc) or error_code(exc) in BINLOG_CACHE_FULL:
@@ -458,6 +510,16 @@ class WindowApplier:
                     f"{window.target_ts}): MySQL error {error_code(exc)}: {exc.args[-1]}"
                 ) from None
         return bind
+
+    def _check_size(self, st: Statement, query: str, window: Window) -> None:
+        """An ApplyError for a statement larger than the server's ``max_allowed_packet`` (the
+        server would drop the session), raised before anything of the window is sent."""
+        too_large = statement_too_large(st, query, self._dialect)
+        if too_large is not None:
+            raise ApplyError(
+                f"{too_large}; window up to ts {window.target_ts}: nothing of it "
+                "is written, the checkpoint stays before it"
+            )
 
     def _apply_ddl(self, window: Window) -> None:
         """Run the window's DDL exactly once (:mod:`applier.apply.ddl`: journal, fenced execution

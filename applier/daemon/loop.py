@@ -318,6 +318,7 @@ class Daemon:
             retry_report_seconds=float(cfg.retry_report_seconds),
             router=router,
             partition_key=key,
+            workers=int(cfg.apply_workers),
         )
         unsettled = [p for p in partitions if key(p) not in stored]
         self.watch = PartitionWatch(self.reader, self.barrier, self.log, stored, unsettled)

@@ -65,6 +65,16 @@ def _parse_positive_int(text: str) -> int:
     return value
 
 
+def _parse_workers(text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError("expected a whole number of sessions, 0 to 16") from None
+    if not 0 <= value <= 16:
+        raise ValueError("must be 0 to 16")
+    return value
+
+
 def _parse_kv_list(items: Iterable[str] | Mapping[str, Any]) -> dict[str, str]:
     if isinstance(items, Mapping):
         return {str(k): str(v) for k, v in items.items()}
@@ -356,6 +366,14 @@ SETTINGS: tuple[Setting, ...] = (
         default=200_000,
         parse=_parse_positive_int,
         commands=("run", "catchup"),
+    ),
+    Setting(
+        "apply_workers",
+        "extra downstream sessions that write the keyed rows of a large window (5,000 rows or more) "
+        "beside its own session, which writes the checkpoint once they committed; 0: every window "
+        "is one transaction (docs/operations.md)",
+        default=0,
+        parse=_parse_workers,
     ),
     Setting(
         "max_cached_bytes",

@@ -14,6 +14,7 @@ import pytest
 
 from applier.downstream.lock import lock_name
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
+from tests.integration import eager_workers
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 
 pytestmark = pytest.mark.integration
@@ -31,15 +32,22 @@ def _apply_connections(admin: pymysql.connections.Connection, feed: Changefeed) 
         return [int(r[0]) for r in cur.fetchall() if r[0] != holder]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])
-def test_killed_connections_and_a_held_lock_are_ridden_out(feed: Changefeed, mode: str) -> None:
-    """Every producer order of the architecture at once (docs/open-protocol.md §5.1-§5.4)."""
+def test_killed_connections_and_a_held_lock_are_ridden_out(feed: Changefeed, mode: str, workers: int) -> None:
+    """Every producer order of the architecture at once (docs/open-protocol.md §5.1-§5.4); with
+    ``workers``, two worker sessions write the keyed rows of every window (``eager_workers``):
+    their connections are killed too, and they wait on the held lock, fail and leave the window
+    to its own session, which waits in turn and replays."""
     schema = feed.new_schema()
     sim = simulate(
         StreamConfig(seed=41, partitions=4, transactions=1500, schema=schema, **PRODUCER_MODES[mode])
     )
     produce_simulation(feed.bootstrap, feed.topic, sim)
     feed.extra_args += ["--max-txn-rows", "10"]
+    if workers:
+        feed.module = eager_workers.__name__
+        feed.extra_args += ["--apply-workers", str(workers)]
     admin = feed.connect()
     with admin.cursor() as cur:
         cur.execute("SELECT @@GLOBAL.innodb_lock_wait_timeout")
@@ -82,6 +90,8 @@ def test_killed_connections_and_a_held_lock_are_ridden_out(feed: Changefeed, mod
     log = read_log(proc)
     assert "code=1205" in log, "the held lock was never hit: " + log[-3000:]
     assert "fatal" not in log
+    if workers:
+        assert "workers=2" in log, "no window was written by the workers"
     done = feed.run_to_end()
     assert done.returncode == 0, done.stdout + done.stderr
     assert feed.compare(sim, sim.final_resolved_ts) == []

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, produce_simulation, simulate
-from tests.integration import tight_read_ahead
+from tests.integration import eager_workers, tight_read_ahead
 from tests.integration.harness import Changefeed, kill_loop, read_log, stop, wait_for_output
 
 pytestmark = pytest.mark.integration
@@ -59,8 +59,34 @@ def test_kill_loop_converges_with_read_ahead_back_pressure(feed: Changefeed, tmp
     assert read_log(proc).count(tight_read_ahead.MARK) >= 3, "the back-pressure branch never ran"
 
 
-def test_sigterm_exits_zero_quickly_and_restart_carries_on(feed: Changefeed) -> None:
+@pytest.mark.parametrize("mode", ["all-classic", "all-new"])
+def test_kill_loop_converges_with_worker_sessions(feed: Changefeed, tmp_path, mode: str) -> None:
+    """The same with two worker sessions writing the keyed rows of every window
+    (``eager_workers``; applier.apply.workers): a kill between a worker's commit and the window's
+    own (with the checkpoint) leaves rows ahead of the checkpoint, which the restart writes again
+    to the same values; keyless rows stay with the checkpoint, so none is applied twice."""
+    sim = _produced_for_small_transactions(
+        feed, 5, seed=27, partitions=4, transactions=2000, **PRODUCER_MODES[mode]
+    )
+    feed.module = eager_workers.__name__
+    feed.extra_args += ["--apply-workers", "2"]
+    log_path = str(tmp_path / "daemon.log")
+    progress = kill_loop(feed, log_path, random.Random(9), runs=10, delay=(0.2, 2.4))
+    assert progress[-1] > 0, "the daemon never committed between the kills"
+    proc = feed.start("--exit-when-caught-up", log_path=log_path)
+    assert proc.wait(timeout=180) == 0, read_log(proc)[-3000:]
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+    assert "workers=2" in read_log(proc), "no window was written by the workers"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sigterm_exits_zero_quickly_and_restart_carries_on(feed: Changefeed, workers: int) -> None:
+    """With ``workers``, worker sessions write the keyed rows of every window (``eager_workers``):
+    their threads and sessions must not hold the exit up either."""
     sim = _produced_for_small_transactions(feed, 20, seed=22, partitions=3, transactions=800)
+    if workers:
+        feed.module = eager_workers.__name__
+        feed.extra_args += ["--apply-workers", str(workers)]
     proc = feed.start()
     wait_for_output(proc, "window applied", timeout=60)
     started = time.monotonic()
