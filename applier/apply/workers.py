@@ -99,8 +99,9 @@ class WorkerSessions:
             w = loads.index(min(loads))
             shares[w].append(i)
             loads[w] += st.rows
-        if sum(1 for s in shares if s) < 2 and not own:
-            return None  # one worker would only do what the window's own session does
+        busy = sum(1 for s in shares if s)
+        if busy == 0 or (busy == 1 and not own):
+            return None  # nothing for the workers, or one would only do what the window's own session does
         return own, shares
 
     def start(
@@ -135,8 +136,8 @@ class WorkerSessions:
     def _session(self, w: int) -> pymysql.connections.Connection:
         runner = self._runners[w]
         if self._lost[w]:
-            self._lost[w] = False
             runner.reconnect()  # ends the old session first: its locks are gone before we write
+            self._lost[w] = False
         return runner.conn
 
     def _write(

@@ -24,6 +24,19 @@ def _produced_for_small_transactions(feed: Changefeed, max_txn_rows: int, **stre
     return sim
 
 
+def _killed_then_run_to_the_end(
+    feed: Changefeed, sim: Simulation, tmp_path, rng: random.Random, *, runs: int, delay: tuple[float, float]
+) -> str:
+    """``kill_loop``, then a run to the end that must converge to the model; returns the log."""
+    log_path = str(tmp_path / "daemon.log")
+    progress = kill_loop(feed, log_path, rng, runs=runs, delay=delay)
+    assert progress[-1] > 0, "the daemon never committed between the kills"
+    proc = feed.start("--exit-when-caught-up", log_path=log_path)
+    assert proc.wait(timeout=180) == 0, read_log(proc)[-3000:]
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+    return read_log(proc)
+
+
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])
 def test_kill_loop_converges(feed: Changefeed, tmp_path, mode: str) -> None:
     """At least 10 SIGKILLs at random points of one stream, each followed by a restart, with every
@@ -50,13 +63,8 @@ def test_kill_loop_converges_with_read_ahead_back_pressure(feed: Changefeed, tmp
         feed, 5, seed=24, partitions=4, transactions=1500, **PRODUCER_MODES[mode]
     )
     feed.module = tight_read_ahead.__name__
-    log_path = str(tmp_path / "daemon.log")
-    progress = kill_loop(feed, log_path, random.Random(8), runs=6, delay=(0.2, 2.0))
-    assert progress[-1] > 0, "the daemon never committed between the kills"
-    proc = feed.start("--exit-when-caught-up", log_path=log_path)
-    assert proc.wait(timeout=180) == 0, read_log(proc)[-3000:]
-    assert feed.compare(sim, sim.final_resolved_ts) == []
-    assert read_log(proc).count(tight_read_ahead.MARK) >= 3, "the back-pressure branch never ran"
+    log = _killed_then_run_to_the_end(feed, sim, tmp_path, random.Random(8), runs=6, delay=(0.2, 2.0))
+    assert log.count(tight_read_ahead.MARK) >= 3, "the back-pressure branch never ran"
 
 
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])
@@ -70,13 +78,8 @@ def test_kill_loop_converges_with_worker_sessions(feed: Changefeed, tmp_path, mo
     )
     feed.module = eager_workers.__name__
     feed.extra_args += ["--apply-workers", "2"]
-    log_path = str(tmp_path / "daemon.log")
-    progress = kill_loop(feed, log_path, random.Random(9), runs=10, delay=(0.2, 2.4))
-    assert progress[-1] > 0, "the daemon never committed between the kills"
-    proc = feed.start("--exit-when-caught-up", log_path=log_path)
-    assert proc.wait(timeout=180) == 0, read_log(proc)[-3000:]
-    assert feed.compare(sim, sim.final_resolved_ts) == []
-    assert "workers=2" in read_log(proc), "no window was written by the workers"
+    log = _killed_then_run_to_the_end(feed, sim, tmp_path, random.Random(9), runs=10, delay=(0.2, 2.4))
+    assert "workers=2" in log, "no window was written by the workers"
 
 
 @pytest.mark.parametrize("workers", [0, 2])

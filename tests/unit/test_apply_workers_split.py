@@ -69,6 +69,8 @@ def test_small_windows_and_windows_of_one_statement_are_not_split() -> None:
         assert sum(s.rows for s in small) < workers_module.MIN_ROWS
         assert sessions.split(plan, small, Router()) is None
         assert sessions.split(plan, [_st("a", "replace", 5000)], Router()) is None  # one worker: no gain
+        keyless = WindowPlan({("db", "n"): TablePlan("db", "n", keyed=False)})
+        assert sessions.split(keyless, [_st("n", "insert", 3000, None)] * 2, Router()) is None
     finally:
         sessions.close()
 
