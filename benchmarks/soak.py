@@ -50,7 +50,7 @@ What it does (issue 17, "Soak"):
 
 The broker keeps every record in memory (about 0.9 KiB a row event: some 8 GiB after half an
 hour at 5K rows/s), and each fetch costs it time in proportion to the record batches it holds;
-the producer therefore lingers 50 ms (``--linger-ms``; lag.py's 5 ms made a batch of one or two
+the producer therefore lingers 50 ms (``--linger-ms``; 5 ms made a batch of one or two
 records, and in the last ten minutes of a half-hour run the daemon fell behind waiting for records
 while it spent less than a fifth of the time applying them).
 
@@ -632,7 +632,7 @@ def compare(conn: pymysql.connections.Connection, schema: str, gen: SoakGenerato
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # sbtest1's rows (the other tables' come on top). linger.ms 50, not lag.py's 5: the embedded
+    # sbtest1's rows (the other tables' come on top). linger.ms 50 (lag.py's 20 is for a minute): the embedded
     # broker's memory storage spends time in proportion to the batches it holds on every fetch, and
     # half an hour of 5 ms batches slowed it down enough to hold the daemon back (see the module doc).
     paced_stream_arguments(ap, rate=5000, seed=17, linger_ms=50)
