@@ -183,6 +183,6 @@ def test_rows_collapsed_across_a_ddl_their_partition_did_not_carry_are_read_agai
 
     summary = run_catchup_here(feed, x)
     said = capfd.readouterr()
-    assert "reading the backlog again without collapsing" in said.out + said.err
+    assert "reading the backlog again without collapsing" in said.out + said.err, said.out + said.err
     assert summary.resolved_ts == sim.final_resolved_ts and summary.ddls == 1
     assert feed.compare(sim, sim.final_resolved_ts) == []
