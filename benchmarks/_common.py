@@ -508,39 +508,54 @@ class Produced:
     end: float  # when the last record was acknowledged
 
 
+class _PacedSender:
+    """The producer of a paced stream, and when each resolved broadcast was handed over (its last
+    record's ``produce()`` returned) and acknowledged (its last delivery callback)."""
+
+    def __init__(self, bootstrap: str, topic: str, linger_ms: int) -> None:
+        self.producer = new_producer(bootstrap, linger_ms)
+        self.topic = topic
+        self.errors: list[str] = []
+        self.handed: list[float] = []
+        self.acked: list[float] = []
+        self.sent = 0
+
+    def _on_delivery(self, err, _msg) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+    def _on_resolved(self, i: int, err, msg) -> None:
+        self.acked[i] = max(self.acked[i], time.time())
+        self._on_delivery(err, msg)
+
+    def send(self, p: int, key: bytes, value: bytes, broadcast: int | None) -> None:
+        """Produce one record; ``broadcast``: the number of the resolved broadcast it belongs to."""
+        if broadcast is None:
+            send(self.producer, self.topic, p, key, value, self._on_delivery)
+        else:
+            if broadcast == len(self.handed):
+                self.handed.append(0.0)
+                self.acked.append(0.0)
+            send(self.producer, self.topic, p, key, value, functools.partial(self._on_resolved, broadcast))
+            self.handed[broadcast] = time.time()
+        self.sent += 1
+        if self.sent % 16 == 0:
+            self.producer.poll(0)
+
+    def finish(self) -> Produced:
+        finish_producing(self.producer, self.errors)
+        return Produced(self.handed, self.acked, self.sent, time.time())
+
+
 def produce_paced(bootstrap: str, topic: str, gen: PacedGenerator, events: int, linger_ms: int) -> Produced:
     """Produce the stream as the clock allows; the moments each resolved broadcast was handed over."""
-    producer = new_producer(bootstrap, linger_ms)
-    errors: list[str] = []
-    handed: list[float] = []
-    acked: list[float] = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    def on_resolved(i: int, err, _msg) -> None:
-        acked[i] = max(acked[i], time.time())
-        on_delivery(err, _msg)
-
-    sent = 0
-    gen.wait = producer.poll  # returns as soon as a delivery callback was served
+    sender = _PacedSender(bootstrap, topic, linger_ms)
+    gen.wait = sender.producer.poll  # returns as soon as a delivery callback was served
     for p, key, value in gen.records(events):
-        if key.endswith(RESOLVED_KEY_END):
-            i = len(gen.resolved) - 1
-            if i == len(handed):
-                handed.append(0.0)
-                acked.append(0.0)
-            send(producer, topic, p, key, value, functools.partial(on_resolved, i))
-            handed[i] = time.time()
-        else:
-            send(producer, topic, p, key, value, on_delivery)
-        sent += 1
-        if sent % 16 == 0:
-            producer.poll(0)
-    finish_producing(producer, errors)
+        sender.send(p, key, value, len(gen.resolved) - 1 if key.endswith(RESOLVED_KEY_END) else None)
+    produced = sender.finish()
     gen.wait = time.sleep  # the producer is closed once this returns
-    return Produced(handed, acked, sent, time.time())
+    return produced
 
 
 def pregenerate(gen: PacedGenerator, events: int) -> list[tuple[float, int, bytes, bytes]]:
@@ -560,38 +575,18 @@ def produce_scheduled(
     """Hand each pregenerated record to the producer once the clock reaches its due moment (the
     commit ts it carries); how far behind the schedule it ever was goes to ``gen.max_slip``. The
     moments each resolved broadcast was handed over and acknowledged, as ``produce_paced``."""
-    producer = new_producer(bootstrap, linger_ms)
-    errors: list[str] = []
-    handed: list[float] = []
-    acked: list[float] = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    def on_resolved(i: int, err, _msg) -> None:
-        acked[i] = max(acked[i], time.time())
-        on_delivery(err, _msg)
-
+    sender = _PacedSender(bootstrap, topic, linger_ms)
     resolved_records = 0
-    for sent, (due, p, key, value) in enumerate(records, 1):
+    for due, p, key, value in records:
         while (now := time.time()) < due:
-            producer.poll(max(due - now, PacedGenerator.MIN_WAIT))
+            sender.producer.poll(max(due - now, PacedGenerator.MIN_WAIT))
         gen.max_slip = max(gen.max_slip, now - due)
+        broadcast = None
         if key.endswith(RESOLVED_KEY_END):
-            i = resolved_records // gen.partitions  # a broadcast is one record per partition
+            broadcast = resolved_records // gen.partitions  # one record per partition
             resolved_records += 1
-            if i == len(handed):
-                handed.append(0.0)
-                acked.append(0.0)
-            send(producer, topic, p, key, value, functools.partial(on_resolved, i))
-            handed[i] = time.time()
-        else:
-            send(producer, topic, p, key, value, on_delivery)
-        if sent % 16 == 0:
-            producer.poll(0)
-    finish_producing(producer, errors)
-    return Produced(handed, acked, len(records), time.time())
+        sender.send(p, key, value, broadcast)
+    return sender.finish()
 
 
 # -- the database ------------------------------------------------------------------------------
