@@ -61,7 +61,7 @@ every fetch in proportion to the record batches a partition holds (a real Kafka 
 offset in its index), and a consumer that follows the tail fetches again as soon as anything
 arrives. With 5 ms, most batches held a single record: at 10K rows/s the broker then took 47 of
 the machine's 122 CPU-seconds of a run, the daemon and the database got the rest, and the
-figures measured the broker (p99 675-834 ms; 15 CPU-seconds and p99 305 ms with 20 ms). The
+figures measured the broker (p99 675-834 ms; 14-15 CPU-seconds and p99 305-363 ms with 20 ms). The
 broker's CPU is printed beside the daemon's. ``benchmarks/soak.py`` lingers 50 ms for the same
 reason.
 
