@@ -202,6 +202,10 @@ class Generator:
     def _begin(self, events: int) -> None:
         """Called once the two CREATE DDLs are out, before the first row event."""
 
+    def _after_schema(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
+        """Records after the CREATE DDLs (the last at ``ts``), before the first row event: none here."""
+        yield from ()
+
     def _inserts(self, next_id: int, live: int, touched: int) -> bool:
         """Whether the next row event inserts a new row (else it updates or deletes a live one);
         ``live`` rows exist, ``touched`` of them already changed in this transaction. Here about 70%
@@ -275,6 +279,7 @@ class Generator:
             ts = next_ts(ts, 0)
             self.create_table_ts = self.create_table_ts or ts
             yield from self._ddl(ts, name, 3, table_ddl(self.schema, name, self.pad_bytes))
+        yield from self._after_schema(ts)
         self._begin(events)
         done = 0
         txns = 0
@@ -433,9 +438,13 @@ class PacedGenerator(Generator):
     ``produce_scheduled`` hands each record over when the clock reaches its ``due``: the
     generator's CPU (a Python loop per row event, as much as the daemon's at 30K rows/s) then
     stays out of the measured minute, where a real producer would not be on the machine at all.
+    The CREATE DDLs are then set-up, not part of the schedule: they and a resolved ts that covers
+    them are due ``SETUP_LEAD_S`` before ``start`` (``setup`` records), so that the daemon has
+    created the table before the first row is due, as it has long done for a table it replicates.
     """
 
     MIN_WAIT = 0.002
+    SETUP_LEAD_S = 2.0
 
     def __init__(
         self,
@@ -462,10 +471,19 @@ class PacedGenerator(Generator):
     def _first_ts(self) -> int:
         self.t0 = self.due = time.time() if self.start is None else self.start
         self._next_resolved = self.t0 + self.interval
-        return clock_tso(0) if self.start is None else int(self.start * 1000) << 18
+        if self.start is None:
+            return clock_tso(0)
+        self.due = self.start - self.SETUP_LEAD_S
+        return int(self.due * 1000) << 18
+
+    def _after_schema(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
+        if self.start is not None:  # set-up: not one of the measured broadcasts (``resolved``)
+            yield from Generator._resolved(self, ts)
 
     def _next_ts(self, ts: int, done: int) -> int:
         due = self.t0 + done / self.rate
+        if self.start is not None and len(self.stamp_ts) < self.tables:  # a CREATE TABLE: set-up
+            due = self.start - self.SETUP_LEAD_S
         if self.start is None:
             while (now := time.time()) < due:
                 # At least 2 ms: the client counts whole milliseconds, and a shorter wait would spin
@@ -577,11 +595,16 @@ def produce_scheduled(
     moments each resolved broadcast was handed over and acknowledged, as ``produce_paced``."""
     sender = _PacedSender(bootstrap, topic, linger_ms)
     resolved_records = 0
+    start = gen.start
+    assert start is not None
     for due, p, key, value in records:
         while (now := time.time()) < due:
             sender.producer.poll(max(due - now, PacedGenerator.MIN_WAIT))
-        gen.max_slip = max(gen.max_slip, now - due)
         broadcast = None
+        if due < start:  # set-up: the CREATE DDLs and the resolved ts after them
+            sender.send(p, key, value, None)
+            continue
+        gen.max_slip = max(gen.max_slip, now - due)
         if key.endswith(RESOLVED_KEY_END):
             broadcast = resolved_records // gen.partitions  # one record per partition
             resolved_records += 1

@@ -17,6 +17,11 @@ What it does (issue 15, "Streaming speed"):
    Building records takes a Python loop per row event, about as much CPU as the daemon spends at
    30K rows/s; TiCDC runs on other machines. ``--live-producer`` builds each record when it is due
    instead, taking the commit ts from the clock then (as before).
+   The stream's CREATE DATABASE and CREATE TABLE, and a resolved ts right after them, are set-up
+   like the daemon's start: produced two seconds before the schedule starts, so that the table
+   exists before the first row is due (``--live-producer``: at the start of the minute, as before;
+   the first window then waits for the DDLs and holds the rows of the first second written whole,
+   which alone made the p99 of 60 windows: 281-310 ms against p95 85-95 ms, with early writes).
 3. Once the final resolved ts is committed downstream, scrapes ``/metrics`` and stops the daemon
    (SIGTERM), then works out per window and per row:
 

@@ -113,6 +113,13 @@ class TransactionRunner:
             sleep=self.sleep,
         )
 
+    def rollback_quietly(self) -> None:
+        """Roll back the open session's transaction, if a session is open; a dead session is left
+        to the server, which rolls back on its own."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.rollback()
+
     def close(self) -> None:
         close_quietly(self._conn)
         self._conn = None

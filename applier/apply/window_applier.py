@@ -18,15 +18,17 @@ from typing import Any
 import pymysql
 
 from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
+from applier.apply.early import EarlyWrites
 from applier.apply.transaction import TransactionRunner
 from applier.apply.workers import WorkerFailed, WorkerSessions
-from applier.codec.events import tso_physical_ms
+from applier.codec.events import RowEvent, tso_physical_ms
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog
 from applier.downstream.url import DownstreamConfig
 from applier.downstream.watch import StatementWatch, Watched
 from applier.errors import FatalError
 from applier.ops.logs import get_logger
+from applier.ops.redact import redact_text
 from applier.stream.window import Window
 from checkpoint import CheckpointStore, FencedOut
 from sqlgen import (
@@ -72,6 +74,9 @@ class PreparedWindow:
     queries: list[str] | None = None
     """The statements with their values bound by pymysql, when a session to bind with existed."""
     bind_seconds: float = 0.0
+    early: EarlyWrites | None = None
+    """Set when the window commits the early writes open on the apply session (applier.apply.early):
+    ``plan``, ``statements`` and ``queries`` are then those of the rows after them only."""
 
 
 class PendingApply:
@@ -89,8 +94,11 @@ class PendingApply:
         window: Window,
         run: Callable[[Window], dict[tuple[str, str, str], int]],
         ready_at: float | None = None,
+        early: bool = False,
     ) -> None:
         self.window = window
+        self.early = early
+        """An early piece (applier.apply.early): written, not committed; nothing to mark applied."""
         self.ready_at = ready_at
         """When the daemon read what let the window be released (wall clock; None: not known)."""
         self.started = time.monotonic()
@@ -151,6 +159,7 @@ class WindowApplier:
         router: Router | None = None,
         partition_key: Callable[[int], int | tuple[str, int]] = lambda p: p,
         workers: int = 0,
+        early_rows: int = 0,
     ) -> None:
         # The checkpoint committed with each window, and the fence token it is written with.
         self._store = store
@@ -190,6 +199,15 @@ class WindowApplier:
         )
         """Sessions that write the keyed rows of large windows beside this one (applier.apply.workers)."""
         self._workers_used = 0  # workers that wrote part of the last window
+        # Early writes (applier.apply.early): off with workers, whose sessions could not see them.
+        self.early_rows = early_rows if workers == 0 else 0
+        """Rows an early piece needs at least (0: no early writes)."""
+        self._early: EarlyWrites | None = None  # written into the apply session's open transaction
+        self._early_skip = 0  # windows to write without early pieces after a miss
+        self._early_pause = 0  # how many the last miss made it (doubles while they keep missing)
+        self._early_misses = 0  # pieces rolled back since the last line that said so
+        self._early_said = 0.0  # monotonic time of that line
+        self._early_used = 0  # early rows the last window committed
         self._tx = TransactionRunner(
             downstream,
             max_time=None,
@@ -218,6 +236,7 @@ class WindowApplier:
         # attempt must first ask the checkpoint whether the transaction landed (keyless INSERTs
         # are not idempotent, so replaying a committed window would duplicate rows).
         self._maybe_committed = True
+        self._early = None  # the old session's transaction, early writes and all, is gone
 
     def _already_committed(self, window: Window) -> bool:
         """After a reconnect: did the previous attempt of ``window`` commit after all?"""
@@ -231,6 +250,7 @@ class WindowApplier:
                 landed = self._store.committed_resolved_ts(cur) >= window.target_ts > window.base_ts
         if landed:
             # End the read transaction: idle, it would keep a metadata lock on the checkpoint tables.
+            self._early = None
             self.conn.rollback()
             self.log.info(
                 "the transaction committed before the connection was lost; not replaying it",
@@ -241,6 +261,7 @@ class WindowApplier:
     def close(self) -> None:
         if self._workers is not None:
             self._workers.close()
+        self._early = None  # closing the session rolls its transaction back
         self._tx.close()
         self._connection_id = None
 
@@ -321,8 +342,23 @@ class WindowApplier:
         """
         if window.ddl is not None or not window.rows:
             return PreparedWindow(window, None, [], 0.0)
+        early = self._early
+        if early is not None:
+            rest = early.remainder(window)
+            if rest is not None:
+                return self._prepare(window, rest, None, early)
+        return self._prepare(window, window.rows, window.tables, None)
+
+    def _prepare(
+        self,
+        window: Window,
+        rows: list[RowEvent],
+        tables: frozenset[tuple[str, str]] | None,
+        early: EarlyWrites | None,
+    ) -> PreparedWindow:
+        """Plan ``rows`` (the window's, or those after its early writes) and bind their SQL."""
         started = time.monotonic()
-        plan = plan_window(window.rows, window.tables)
+        plan = plan_window(rows, tables)
         stmts = list(statements(plan, self._dialect, self._router))
         planned = time.monotonic()
         queries = None
@@ -333,7 +369,7 @@ class WindowApplier:
             # this applier shares, so the text is valid for whichever session executes it.
             queries = [st.bound(escape) for st in stmts]
         done = time.monotonic()
-        return PreparedWindow(window, plan, stmts, planned - started, queries, done - planned)
+        return PreparedWindow(window, plan, stmts, planned - started, queries, done - planned, early)
 
     def apply_async(self, window: Window | PreparedWindow, ready_at: float | None = None) -> PendingApply:
         """Start :meth:`apply` on a background thread. One at a time: the caller waits for the
@@ -355,7 +391,10 @@ class WindowApplier:
         prepared = window if isinstance(window, PreparedWindow) else self.prepare(window)
         window = prepared.window
         counts: dict[tuple[str, str, str], int] = {}
+        if self._early_skip:
+            self._early_skip -= 1
         if window.ddl is not None:
+            self._drop_early()  # the DDL runs on another session: no row lock of ours may wait for it
             self._apply_ddl(window)
         else:
             counts = self._apply_rows(prepared)
@@ -372,6 +411,7 @@ class WindowApplier:
                 ready_s=round(now - ready_at, 3) if ready_at is not None else None,
                 seconds=round(time.monotonic() - started, 3),
                 **({"workers": self._workers_used} if self._workers is not None else {}),
+                **({"early_rows": self._early_used} if self._early_used else {}),
                 # collapse + SQL text, done before (possibly while the previous window was applied)
                 plan_s=round(prepared.plan_seconds, 3),
                 bind_s=round(self._bind_seconds, 3),  # values escaped into the SQL text by pymysql
@@ -402,20 +442,38 @@ class WindowApplier:
         A statement too large for the server's ``max_allowed_packet`` (only a single huge row can
         be: ``sqlgen.dml`` cuts the others to it) is an ApplyError before it is sent; the
         transaction rolls back, so nothing of the window is written.
+        With early writes open on the session (applier.apply.early), a window prepared on top of
+        them writes only the rows after them; any other window, and every replay after an error
+        (which rolled them back), writes the whole window.
         """
-        window, plan = prepared.window, prepared.plan
+        window = prepared.window
         streamed_counts: dict[tuple[str, str, str], int] = {}
+        plans: list[WindowPlan] = []  # what the committed attempt wrote
 
         def unit() -> None:
             if self._already_committed(window):
                 return
             conn = self.conn
+            early = self._early
             bind = 0.0
+            plans.clear()
             try:
                 with conn.cursor() as cur:
-                    if window.streamed is None:
-                        bind = self._execute_window(cur, prepared)
+                    if early is not None and prepared.early is early:
+                        bind = self._execute(cur, prepared.statements, prepared.queries, window)
+                        plans.extend(early.plans)
+                        if prepared.plan is not None:
+                            plans.append(prepared.plan)
+                    elif window.streamed is None:
+                        self._drop_early()
+                        whole = prepared
+                        if prepared.early is not None:  # planned on top of early writes now gone
+                            whole = self._prepare(window, window.rows, window.tables, None)
+                        bind = self._execute_window(cur, whole)
+                        if whole.plan is not None:
+                            plans.append(whole.plan)
                     else:
+                        self._drop_early()
                         streamed_counts.clear()  # a replayed attempt starts from the first piece
                         for chunk in window.streamed.chunks():
                             chunk_plan = plan_window(chunk)
@@ -426,18 +484,95 @@ class WindowApplier:
                 self._before_commit()
                 conn.commit()
             except BaseException:
+                self._early = None
                 _rollback_quietly(conn)
                 raise
+            self._early = None
+            self._early_used = early.rows if early is not None and prepared.early is early else 0
+            if self._early_used:
+                self._early_pause = 0  # they work again: a later miss pauses them for one window
             self._bind_seconds = bind + prepared.bind_seconds
 
         self._retry(unit, window)
         self.stats.transactions += 1
         counts: dict[tuple[str, str, str], int] = streamed_counts
-        if plan is not None:
+        for plan in plans:
             _add_counts(counts, plan)
         for key, n in counts.items():
             self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
         return counts
+
+    # -- early writes (applier.apply.early) ---------------------------------------------------------
+    @property
+    def early_writes(self) -> EarlyWrites | None:
+        """The pieces open on the apply session (read while no unit is in flight)."""
+        return self._early
+
+    def early_allowed(self) -> bool:
+        """Whether an early piece may be written now: early writes are on and not paused by a miss."""
+        return self.early_rows > 0 and self._early_skip == 0
+
+    def write_early_async(self, window: Window) -> PendingApply:
+        """Plan ``window`` (built by ``Barrier.early_window`` on top of ``early_writes``) here and
+        write it into the open transaction on the apply thread, without committing it."""
+        prepared = self._prepare(window, window.rows, window.tables, None)
+        return PendingApply(window, lambda _w: self._write_early(prepared), early=True)
+
+    def _write_early(self, prepared: PreparedWindow) -> dict[tuple[str, str, str], int]:
+        """Write an early piece; on any error roll the open transaction back instead (the window
+        is then written whole once released, where errors are retried or reported)."""
+        window, plan = prepared.window, prepared.plan
+        early = self._early
+        if plan is None or self._stop_requested():
+            return {}
+        if (early.target_ts if early is not None else window.base_ts) != window.base_ts:
+            self._drop_early()  # not the piece after the open ones: never expected
+            return {}
+        watch = self.watch
+        try:
+            conn = self.conn
+            description, tables = _unit_description(window, self._router)
+            with (
+                watch.statement(self._connection_id, "early " + description, tables)
+                if watch
+                else _NOT_WATCHED as watched
+            ):
+                self._watched = watched
+                with conn.cursor() as cur:
+                    self._execute(cur, prepared.statements, prepared.queries, window)
+        except Exception as exc:
+            self._early = early or EarlyWrites((window,), (plan,))  # what may be written: roll it back
+            self._drop_early(redact_text(str(exc)))
+            return {}
+        finally:
+            self._watched = None
+        self._early = EarlyWrites((window,), (plan,)) if early is None else early.then(window, plan)
+        return {}
+
+    def _drop_early(self, error: str | None = None) -> None:
+        """Roll back the early writes open on the apply session (apply thread) and write the next
+        windows without them for a while: one window after the first miss, twice as many after
+        each further one in a row (at most 64), so a producer whose rows keep arriving late does
+        not have every window written twice."""
+        if self._early is None:
+            return
+        self._early = None
+        self._tx.rollback_quietly()
+        self._early_pause = min(64, self._early_pause * 2 or 1)
+        self._early_skip = self._early_pause
+        self._early_misses += 1
+        now = time.monotonic()
+        if now - self._early_said >= 60.0:
+            self.log.info(
+                "early writes rolled back: the window released after them did not hold exactly "
+                "their rows (a row arrived late, or a DDL came first) or writing them failed; "
+                "windows are written whole meanwhile",
+                times=self._early_misses,
+                paused_windows=self._early_pause,
+                error=error,
+            )
+            self._early_misses = 0
+            self._early_said = now
 
     def _execute_window(self, cur: pymysql.cursors.Cursor, prepared: PreparedWindow) -> float:
         """Run a window's statements on this session, or, when it is large enough and workers are

@@ -75,6 +75,16 @@ def _parse_workers(text: str) -> int:
     return value
 
 
+def _parse_early_rows(text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError("expected a whole number of rows (0: off)") from None
+    if value < 0:
+        raise ValueError("must be 0 (off) or a positive number of rows")
+    return value
+
+
 def _parse_kv_list(items: Iterable[str] | Mapping[str, Any]) -> dict[str, str]:
     if isinstance(items, Mapping):
         return {str(k): str(v) for k, v in items.items()}
@@ -374,6 +384,15 @@ SETTINGS: tuple[Setting, ...] = (
         "is one transaction (docs/operations.md)",
         default=0,
         parse=_parse_workers,
+    ),
+    Setting(
+        "early_rows",
+        "write rows that have arrived ahead of their resolved ts into the open transaction once at "
+        "least this many are waiting, so that less is left to write when it arrives; committed only "
+        "with their window, rolled back if it does not hold exactly them; 0: off; off with "
+        "apply_workers (docs/operations.md)",
+        default=500,
+        parse=_parse_early_rows,
     ),
     Setting(
         "max_cached_bytes",

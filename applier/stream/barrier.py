@@ -239,6 +239,55 @@ class Barrier:
             return self._build(target, None, g)
         return None
 
+    def early_window(self, base: int, min_rows: int, max_rows: int) -> Window | None:
+        """Rows above the watermark that have most likely all arrived, to be written before their
+        window is released (``applier.apply.early``), starting above ``base`` (the applied ts, or the
+        target of the early rows written already); None below ``min_rows`` rows. Never changes any state.
+
+        Its target E is the lowest, over the partitions (empty ones left out), of the partition's
+        resolved ts or, when higher, one below its newest cached commit ts: a partition delivers
+        the versions of a row in commit-ts order (docs/open-protocol.md §5), so what it holds below
+        its newest commit ts is usually all it will ever hold there, and the newest one may still
+        miss rows of its transaction. Usually is not always (the physical partitions of one table,
+        a late first copy, a replay): the window released later must hold exactly these rows at
+        or below E, which the applier checks before it commits them. E stays below a pending DDL,
+        bounded by ``max_rows`` by whole commit ts, and no early window holds spilled rows or is
+        built while several topics are read (``cap``: a new topic may still bring rows below E).
+        """
+        if self.cap is not None or min_rows < 1:
+            return None
+        empty = self._empty
+        target: int | None = None
+        for p, lst in self._listeners.items():
+            if p in empty:
+                continue
+            edge = lst.resolved
+            top = lst.max_cached_ts()
+            if top is not None and top - 1 > edge:
+                edge = top - 1
+            if target is None or edge < target:
+                target = edge
+        ddl_ts = self._min_pending_ddl_ts()
+        if target is None or (ddl_ts is not None and ddl_ts <= base + 1):
+            return None
+        if ddl_ts is not None:
+            target = min(target, ddl_ts - 1)
+        if target <= base:
+            return None
+        listeners = self._listeners.values()
+        below = sum(lst.count_upto(base) for lst in listeners)
+        total = sum(lst.count_upto(target) for lst in listeners) - below
+        if total < min_rows:
+            return None
+        if total > max_rows:
+            first = min(ts for lst in listeners if (ts := lst.min_cached_ts_above(base)) is not None)
+            target = self._cut(first, target, max_rows + below)
+            if sum(lst.count_upto(target) for lst in listeners) - below > max_rows:
+                return None  # one transaction alone is over the bound: leave it to its window
+        if any(lst.has_spilled(base, target) for lst in listeners):
+            return None
+        return self._build(target, None, base)
+
     def _cut(self, first: int, target: int, max_rows: int) -> int:
         """The highest cached commit ts X <= ``target`` with at most ``max_rows`` rows <= X, or
         ``first`` (the lowest cached ts of the window) when that one alone is over the limit.

@@ -383,6 +383,9 @@ class PartitionListener:
     def min_cached_ts(self) -> int | None:
         return self._ts_sorted[0] if self._ts_sorted else None
 
+    def max_cached_ts(self) -> int | None:
+        return self._ts_sorted[-1] if self._ts_sorted else None
+
     def min_cached_ts_above(self, ts: int) -> int | None:
         """Lowest cached commit ts > ``ts``, if any."""
         i = bisect_right(self._ts_sorted, ts)

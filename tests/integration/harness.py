@@ -61,6 +61,11 @@ class Changefeed:
             self.checkpoint_schema,
             "--standby-poll-seconds",
             "1",
+            # Early writes (applier.apply.early) for every piece of one row or more: the test
+            # streams are far too small to reach the default's 500 rows, and every test of the
+            # daemon should go through them (a test's own --early-rows comes later and wins).
+            "--early-rows",
+            "1",
             *self.extra_args,
             *more,
         ]

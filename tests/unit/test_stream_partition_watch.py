@@ -193,6 +193,13 @@ class Lock:
         pass
 
 
+class _NoApplier:
+    """The loop's streams here release no row window: it only asks whether to write rows early."""
+
+    def early_allowed(self) -> bool:
+        return False
+
+
 def run_loop(
     stored: dict[int, int], partitions: list[int], batches: list[list[Msg]], grow_to: list[int], grow_at: int
 ) -> tuple[int, Journal, Log]:
@@ -217,7 +224,7 @@ def run_loop(
     daemon.observer, daemon.log, daemon._stop = Observers(), log, threading.Event()
     daemon.options = DecoderOptions()
     daemon.reader, daemon.barrier, daemon.watch = reader, watch.barrier, watch  # type: ignore[assignment]
-    daemon.lock, daemon.applier = Lock(), object()  # type: ignore[assignment]
+    daemon.lock, daemon.applier = Lock(), _NoApplier()  # type: ignore[assignment]
     thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
     try:
         code = daemon._loop()
