@@ -439,7 +439,7 @@ class PacedGenerator(Generator):
     generator's CPU (a Python loop per row event, as much as the daemon's at 30K rows/s) then
     stays out of the measured minute, where a real producer would not be on the machine at all.
     The CREATE DDLs are then set-up, not part of the schedule: they and a resolved ts that covers
-    them are due ``SETUP_LEAD_S`` before ``start`` (``setup`` records), so that the daemon has
+    them are due ``SETUP_LEAD_S`` before ``start`` (set-up records), so that the daemon has
     created the table before the first row is due, as it has long done for a table it replicates.
     """
 

@@ -61,9 +61,9 @@ class Changefeed:
             self.checkpoint_schema,
             "--standby-poll-seconds",
             "1",
-            # Early writes (applier.apply.early) for every piece of one row or more: the test
-            # streams are far too small to reach the default's 500 rows, and every test of the
-            # daemon should go through them (a test's own --early-rows comes later and wins).
+            # Early writes (applier.apply.early) for pieces of one row or more: the test streams
+            # are far too small to reach the default's 500 rows. They only happen while a daemon
+            # follows a stream produced as it runs, not in a backlog (a test's own flag wins).
             "--early-rows",
             "1",
             *self.extra_args,
