@@ -455,11 +455,12 @@ class WindowApplier:
                 return
             conn = self.conn
             early = self._early
+            takes_early = early is not None and prepared.early is early
             bind = 0.0
             plans.clear()
             try:
                 with conn.cursor() as cur:
-                    if early is not None and prepared.early is early:
+                    if takes_early:
                         bind = self._execute(cur, prepared.statements, prepared.queries, window)
                         plans.extend(early.plans)
                         if prepared.plan is not None:
@@ -488,7 +489,7 @@ class WindowApplier:
                 _rollback_quietly(conn)
                 raise
             self._early = None
-            self._early_used = early.rows if early is not None and prepared.early is early else 0
+            self._early_used = early.rows if takes_early else 0
             if self._early_used:
                 self._early_pause = 0  # they work again: a later miss pauses them for one window
             self._bind_seconds = bind + prepared.bind_seconds
