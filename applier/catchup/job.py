@@ -40,7 +40,17 @@ from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
 from applier.catchup.replay import Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
-from applier.catchup.rows import BUNDLE, DDL, RESOLVED, ROW, ROWS, STATS, straddling_rows, unbundle
+from applier.catchup.rows import (
+    BUNDLE,
+    DDL,
+    RESOLVED,
+    ROW,
+    ROWS,
+    SPARK_SCHEMA,
+    STATS,
+    straddling_rows,
+    unbundle,
+)
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
 from applier.codec.events import DDLEvent, RowEvent
@@ -58,14 +68,9 @@ from applier.stream.table_filter import table_event_filter
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
 from sqlgen import Dialect, TablePlan, plan_table
 
-# More writer partitions than cores when an epoch is huge: bounds a writer task's memory. Counted in
-# rows the readers wrote (after their collapse), of which a writer holds the pickles (a few hundred
-# bytes a row) and a group of buckets at a time as events, plans and statements (writer.py).
-ROWS_PER_WRITER = 1_000_000
 # Writer buckets: the readers spread the rows for the writers over this many buckets by handle key
-# and send each bucket's rows of a flush as one Spark row (rows.py); each writer task takes a share
-# of the buckets. Many more than writer tasks, so that Spark's hashing of bucket numbers to tasks
-# evens out; a writer task holds more than ROWS_PER_WRITER rows only beyond this many tasks' worth.
+# and send each bucket's rows of a flush as one Spark row (rows.py); each writer task takes a range
+# of buckets, so more buckets than writer tasks even out the tasks' shares.
 WRITER_BUCKETS = 256
 
 
@@ -257,7 +262,6 @@ class CatchupJob:
             end_offsets={label(p): b[1] for p, b in sorted(bounds.items())},
             **(quiet if several else {}),
         )
-        from pyspark import StorageLevel
 
         collapse_upto = self._collapse_bound(source, plan, lower)  # while the JVM starts
         spark = self._session()
@@ -282,12 +286,7 @@ class CatchupJob:
             )
             progress.stage("scan", total_records=total)
             if ranges:
-                decoded = (
-                    spark.read.format(SOURCE_NAME)
-                    .options(**source_options(spec, ranges))
-                    .load()
-                    .persist(StorageLevel.MEMORY_AND_DISK)
-                )
+                decoded = self._read(spec, ranges)
                 skeleton = self._collect_skeleton(decoded, places)
             else:
                 skeleton = Skeleton.from_arrow(self._empty_skeleton(), self.topic, places)
@@ -312,13 +311,8 @@ class CatchupJob:
             s.resolved_ts = r
             ddls = [e.ddl for e in epochs if e.ddl is not None]  # in the order they run
             s.epochs = len(epochs)
-            # The rows the readers wrote for the writers: what sizes the writer partitions.
-            data_rows = skeleton.data_rows
             if decoded is not None and spec.collapse_upto is not None and len(epochs) > 1:
-                collapsed = decoded
                 decoded = self._uncollapse_if_needed(decoded, spec, ranges, epochs)
-                if decoded is not collapsed:
-                    data_rows = max(data_rows, s.events)  # read again: about one row per op
             table_floor = {t: ts for t, ts in ckpt.tables.items() if ts > lower}
             progress.stage("replay")
             replay = replay_skeleton(
@@ -342,12 +336,13 @@ class CatchupJob:
                 epochs=len(epochs),
                 ddls=len(ddls),
                 row_events=s.events,
+                writer_rows=skeleton.data_rows,  # after the readers' collapse (before a re-read)
                 keyless_rows=len(replay.keyless_rows),
             )
             for epoch in epochs:
                 if epoch.has_rows and decoded is not None:
                     plans = keyless.get(epoch.number, {})
-                    self._apply_epoch(epoch, decoded, plans, table_floor, progress, places, data_rows)
+                    self._apply_epoch(epoch, decoded, plans, table_floor, progress, places)
                 if epoch.ddl is not None:
                     progress.stage("ddl")
                     self._apply_ddl(epoch)
@@ -402,7 +397,6 @@ class CatchupJob:
         partition on both sides of a DDL are separated by that DDL's record; this check makes
         the result right even for a stream that breaks that rule.
         """
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         uppers = [e.upper for e in epochs[:-1]]
@@ -418,10 +412,20 @@ class CatchupJob:
             rows=straddling,
         )
         decoded.unpersist()
-        plain = dataclasses.replace(spec, collapse_upto=None)
+        return self._read(dataclasses.replace(spec, collapse_upto=None), ranges)
+
+    def _read(self, spec: ReadSpec, ranges: list) -> Any:
+        """The decoded backlog of ``ranges``, cached (memory, spilling to disk) when first computed.
+
+        The schema is given, not asked of the source: asking starts a Python worker in the
+        driver's JVM just to answer it (about a second in local mode, where workers are not
+        forked from a daemon)."""
+        from pyspark import StorageLevel
+
         return (
             self._spark.read.format(SOURCE_NAME)
-            .options(**source_options(plain, ranges))
+            .schema(SPARK_SCHEMA)
+            .options(**source_options(spec, ranges))
             .load()
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
@@ -471,7 +475,6 @@ class CatchupJob:
         table_floor: dict,
         progress: Progress,
         places: dict,
-        data_rows: int,
     ) -> None:
         from pyspark.sql import functions as F
 
@@ -481,17 +484,22 @@ class CatchupJob:
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
         parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
-        # Whole rounds of ``parallel`` tasks: one more task than a round leaves the last one alone.
-        rounds = -(-data_rows // (ROWS_PER_WRITER * parallel))
-        parts = min(max(1, rounds) * parallel, WRITER_BUCKETS)
+        # One round of tasks: a writer holds a group of buckets at a time, not its whole share
+        # (writer.write_keyed), so a huge epoch needs no more tasks than there are cores.
+        parts = min(parallel, WRITER_BUCKETS)
         rows = (
             # A ROWS row holds one bucket's rows of a reader's flush, their commit ts from lo to ts.
+            # Ranges of buckets, not a hash of them: every bucket's rows still meet in one task, and
+            # the tasks get even shares (hashing 256 bucket numbers into 2 tasks gave one of them 57%
+            # of the rows). Sorted by bucket: a writer plans and writes a group of buckets as soon
+            # as it has read it (writer._bucket_groups).
             decoded.filter(
                 (F.col("kind") == F.lit(ROWS))
                 & (F.col("ts") > F.lit(epoch.lower))
                 & (F.col("lo") <= F.lit(epoch.upper))
             )
-            .repartition(parts, "idx")
+            .repartitionByRange(parts, "idx")
+            .sortWithinPartitions("idx")
             .mapInArrow(functools.partial(_keyed_task, spec=spec), WRITE_STATS_SCHEMA)
         )
         totals = WriteStats()

@@ -37,7 +37,10 @@ _LOCAL_DEFAULTS = {
 _DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    # Rows per Arrow batch handed to Python (the writers' input, the skeleton's collect). Those rows
+    # are large (a writer bucket's pickled rows, a skeleton bundle: tens of kilobytes each), and a
+    # writer holds a batch while it plans: 64 rows keep that to a few megabytes.
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "64",
     "spark.sql.shuffle.partitions": "8",
     "spark.python.worker.reuse": "true",
 }

@@ -23,7 +23,9 @@ COMMIT's outcome was lost with the connection.
 from __future__ import annotations
 
 import gc
+from collections import deque
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -163,17 +165,17 @@ def _order(ev: RowEvent) -> tuple[int, int, int, int]:
 def write_keyed(batches: Iterator[Any], spec: WriteSpec) -> WriteStats:
     """Apply one writer partition's keyed rows (ROWS rows of rows.SPARK_SCHEMA) downstream.
 
-    The rows arrive as pickled lists, one per writer bucket and reader flush, and no key has rows
-    in two buckets: so the task keeps only the pickles (a few hundred bytes a row) and rebuilds,
-    plans and writes a group of buckets of about ``GROUP_ROWS`` rows at a time. A task's memory
-    then grows with its share of the epoch at the pickles' size, not at the size of its events,
-    plans and statements.
+    The rows arrive as pickled lists, one per writer bucket and reader flush, sorted by bucket,
+    and no key has rows in two buckets: so the task rebuilds, plans and writes a group of whole
+    buckets of about ``GROUP_ROWS`` rows at a time, while the group before is committed
+    (:class:`_CommitPipe`). Its memory is a few groups' worth, whatever its share of the epoch.
     """
     stats = WriteStats()
     # Millions of live objects and no reference cycles: the cyclic collector would only re-scan them.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     session = _runner(spec, stats)
+    commits = _CommitPipe(session, spec)
     try:
         pending: list[Statement] = []
         for group in _bucket_groups(batches):
@@ -183,14 +185,63 @@ def write_keyed(batches: Iterator[Any], spec: WriteSpec) -> WriteStats:
                 stats.add_plan(tp)
                 pending.extend(table_statements(tp, spec.dialect, spec.router))
             for chunk in _chunks(pending, spec.commit_rows, whole=False):
-                _commit(session, chunk, spec)
+                commits.put(chunk)
         for chunk in _chunks(pending, spec.commit_rows):
-            _commit(session, chunk, spec)
+            commits.put(chunk)
+        commits.finish()
     finally:
+        commits.close()
         session.close()
         if gc_was_enabled:
             gc.enable()
     return stats
+
+
+class _CommitPipe:
+    """A writer task's transactions, committed one after another on a thread of their own.
+
+    While the database runs one transaction's statements, the task rebuilds and plans the next
+    group of buckets: a writer that did both in turn left the database idle while it planned and
+    itself idle while the database wrote (``benchmarks/catchup.py``'s writers waited on the
+    database for a third of their time). The transactions keep their order and the session its
+    single thread; at most ``AHEAD`` transactions wait, so a task's memory stays about what it
+    was. The first error of a transaction is raised by the next ``put`` or by ``finish``, and
+    nothing after it is committed.
+    """
+
+    AHEAD = 2
+
+    def __init__(self, session: TransactionRunner, spec: WriteSpec) -> None:
+        self._session = session
+        self._spec = spec
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="catchup-writer")
+        self._waiting: deque[Future[None]] = deque()
+        self._failed = False  # set on the commit thread, before it takes the next transaction
+
+    def put(self, chunk: list[Statement]) -> None:
+        while len(self._waiting) >= self.AHEAD:
+            self._waiting.popleft().result()
+        self._waiting.append(self._pool.submit(self._commit, chunk))
+
+    def _commit(self, chunk: list[Statement]) -> None:
+        if self._failed:
+            return  # an earlier transaction failed: its error reaches the task, nothing more is written
+        try:
+            _commit(self._session, chunk, self._spec)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def finish(self) -> None:
+        """Wait for every transaction put; raise the first one's error."""
+        while self._waiting:
+            self._waiting.popleft().result()
+
+    def close(self) -> None:
+        """Drop what has not started (after an error) and wait for the running transaction."""
+        for future in self._waiting:
+            future.cancel()
+        self._pool.shutdown(wait=True)
 
 
 GROUP_ROWS = 20_000
@@ -202,24 +253,33 @@ more at 10M events (``benchmarks/catchup.py``) and wrote no faster."""
 
 def _bucket_groups(batches: Iterator[Any]) -> Iterator[list[bytes]]:
     """The pickled writer-row lists (``img``) of the ROWS rows of ``batches``, in groups of whole
-    buckets of about ``GROUP_ROWS`` rows each, once every batch is read."""
-    by_bucket: dict[int, list[bytes]] = {}
-    sizes: dict[int, int] = {}
+    buckets of about ``GROUP_ROWS`` rows each.
+
+    The job sorts each writer partition by bucket, so a group leaves as soon as the bucket after
+    it begins: the task holds one group's pickles rather than its whole share, and its first
+    transaction starts after one group is read, not all of them. A bucket met again after another
+    would have its keys' rows planned in two groups (two final states for one key): that fails.
+    """
+    group: list[bytes] = []
+    rows = 0
+    current: int | None = None
+    seen: set[int] = set()
     for batch in batches:
         for bucket, count, blob in zip(
             *(batch.column(name).to_pylist() for name in ("idx", "off", "img")), strict=True
         ):
-            by_bucket.setdefault(bucket, []).append(blob)
-            sizes[bucket] = sizes.get(bucket, 0) + count
-    pa.default_memory_pool().release_unused()  # the batches are Python bytes now
-    group: list[bytes] = []
-    rows = 0
-    for bucket in sorted(by_bucket):
-        group.extend(by_bucket.pop(bucket))
-        rows += sizes[bucket]
-        if rows >= GROUP_ROWS:
-            yield group
-            group, rows = [], 0
+            if bucket != current:
+                if bucket in seen:
+                    raise RuntimeError(f"writer rows not sorted by bucket: bucket {bucket} met again")
+                seen.add(bucket)
+                current = bucket
+                if rows >= GROUP_ROWS:
+                    yield group
+                    group, rows = [], 0
+            group.append(blob)
+            rows += count
+        del batch
+        pa.default_memory_pool().release_unused()  # the batch's rows are Python bytes now
     if group:
         yield group
 

@@ -279,12 +279,17 @@ def test_straddling_rows_counts_collapsed_rows_whose_ops_lie_in_two_epochs() -> 
 
 def test_a_writer_takes_whole_buckets_a_group_at_a_time_and_commits_by_rows(monkeypatch) -> None:
     """write_keyed's helpers: no bucket is split between two groups (its keys may have rows in
-    several pickles), and statements left over from a group wait for the next one's."""
+    several pickles, and batches), a bucket met again after another fails the task, and
+    statements left over from a group wait for the next one's."""
     from applier.catchup import writer
 
     monkeypatch.setattr(writer, "GROUP_ROWS", 5)
-    batch = pa.table({"idx": [3, 1, 3, 2, 1], "off": [2, 2, 2, 4, 1], "img": [b"a", b"b", b"c", b"d", b"e"]})
-    assert list(writer._bucket_groups(iter([batch]))) == [[b"b", b"e", b"d"], [b"a", b"c"]]
+    first = pa.table({"idx": [1, 1, 2], "off": [2, 1, 4], "img": [b"b", b"e", b"d"]})
+    second = pa.table({"idx": [2, 3, 3], "off": [1, 2, 2], "img": [b"f", b"a", b"c"]})
+    assert list(writer._bucket_groups(iter([first, second]))) == [[b"b", b"e", b"d", b"f"], [b"a", b"c"]]
+    unsorted = pa.table({"idx": [3, 1, 3], "off": [2, 2, 2], "img": [b"a", b"b", b"c"]})
+    with pytest.raises(RuntimeError, match="bucket 3 met again"):
+        list(writer._bucket_groups(iter([unsorted])))
 
     class St:
         def __init__(self, rows: int) -> None:
