@@ -262,7 +262,6 @@ class CatchupJob:
             end_offsets={label(p): b[1] for p, b in sorted(bounds.items())},
             **(quiet if several else {}),
         )
-
         collapse_upto = self._collapse_bound(source, plan, lower)  # while the JVM starts
         spark = self._session()
         progress = Progress(spark, self.log, self._progress_interval)

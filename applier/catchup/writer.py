@@ -200,16 +200,16 @@ def write_keyed(batches: Iterator[Any], spec: WriteSpec) -> WriteStats:
 class _CommitPipe:
     """A writer task's transactions, committed one after another on a thread of their own.
 
-    While the database runs one transaction's statements, the task rebuilds and plans the next
-    group of buckets: a writer that did both in turn left the database idle while it planned and
-    itself idle while the database wrote (``benchmarks/catchup.py``'s writers waited on the
-    database for a third of their time). The transactions keep their order and the session its
-    single thread; at most ``AHEAD`` transactions wait, so a task's memory stays about what it
-    was. The first error of a transaction is raised by the next ``put`` or by ``finish``, and
-    nothing after it is committed.
+    While the database runs one transaction's statements, the task rebuilds and plans the next:
+    done in turn, the database sat idle while the task planned and the task while the database
+    wrote (a writer alone on ``benchmarks/catchup.py``'s rows spent a third of its time waiting
+    for the database). The transactions keep their order and the session its single thread. A
+    transaction is handed over only once the one before has committed, so a task holds at most
+    two transactions' statements (the one running and the one it builds). The first error of a
+    transaction is raised by the next ``put`` or by ``finish``, and nothing after it is committed.
     """
 
-    AHEAD = 2
+    AHEAD = 1
 
     def __init__(self, session: TransactionRunner, spec: WriteSpec) -> None:
         self._session = session
