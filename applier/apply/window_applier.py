@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,12 +294,7 @@ class WindowApplier:
         def attempt(_conn: pymysql.connections.Connection) -> None:
             watch = self.watch
             try:
-                with (
-                    watch.statement(self._connection_id, description, tables)
-                    if watch
-                    else _NOT_WATCHED as watched
-                ):
-                    self._watched = watched
+                with self._watching(description, tables):
                     unit()
             except Exception as exc:
                 if self._stop_requested() and (
@@ -307,8 +302,6 @@ class WindowApplier:
                 ):
                     raise Stopping() from exc
                 raise
-            finally:
-                self._watched = None
 
         try:
             self._tx.run(attempt)
@@ -318,6 +311,19 @@ class WindowApplier:
                 raise
             raise ApplyError(_cache_full_line(window, setting, exc)) from None
         self._retry_log.succeeded()
+
+    @contextlib.contextmanager
+    def _watching(self, description: str, tables: Any) -> Iterator[None]:
+        """The statements run inside, watched for lock waits under ``description`` (the unit in
+        flight: ``watch_also`` adds the sessions it uses besides the apply session)."""
+        watch = self.watch
+        watching = watch.statement(self._connection_id, description, tables) if watch else _NOT_WATCHED
+        try:
+            with watching as watched:
+                self._watched = watched
+                yield
+        finally:
+            self._watched = None
 
     def watch_also(self, connection_id: int, sql: str) -> None:
         """Watch a statement the unit in flight runs on another session until the unit ends (the
@@ -459,6 +465,8 @@ class WindowApplier:
             bind = 0.0
             plans.clear()
             try:
+                if not takes_early:
+                    self._drop_early()
                 with conn.cursor() as cur:
                     if takes_early:
                         bind = self._execute(cur, prepared.statements, prepared.queries, window)
@@ -466,7 +474,6 @@ class WindowApplier:
                         if prepared.plan is not None:
                             plans.append(prepared.plan)
                     elif window.streamed is None:
-                        self._drop_early()
                         whole = prepared
                         if prepared.early is not None:  # planned on top of early writes now gone
                             whole = self._prepare(window, window.rows, window.tables, None)
@@ -474,7 +481,6 @@ class WindowApplier:
                         if whole.plan is not None:
                             plans.append(whole.plan)
                     else:
-                        self._drop_early()
                         streamed_counts.clear()  # a replayed attempt starts from the first piece
                         for chunk in window.streamed.chunks():
                             chunk_plan = plan_window(chunk)
@@ -529,24 +535,15 @@ class WindowApplier:
         if (early.target_ts if early is not None else window.base_ts) != window.base_ts:
             self._drop_early()  # not the piece after the open ones: never expected
             return {}
-        watch = self.watch
         try:
             conn = self.conn
             description, tables = _unit_description(window, self._router)
-            with (
-                watch.statement(self._connection_id, "early " + description, tables)
-                if watch
-                else _NOT_WATCHED as watched
-            ):
-                self._watched = watched
-                with conn.cursor() as cur:
-                    self._execute(cur, prepared.statements, prepared.queries, window)
+            with self._watching("early " + description, tables), conn.cursor() as cur:
+                self._execute(cur, prepared.statements, prepared.queries, window)
         except Exception as exc:
             self._early = early or EarlyWrites((window,), (plan,))  # what may be written: roll it back
             self._drop_early(redact_text(str(exc)))
             return {}
-        finally:
-            self._watched = None
         self._early = EarlyWrites((window,), (plan,)) if early is None else early.then(window, plan)
         return {}
 
