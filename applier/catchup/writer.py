@@ -23,7 +23,6 @@ COMMIT's outcome was lost with the connection.
 from __future__ import annotations
 
 import gc
-from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -209,38 +208,24 @@ class _CommitPipe:
     transaction is raised by the next ``put`` or by ``finish``, and nothing after it is committed.
     """
 
-    AHEAD = 1
-
     def __init__(self, session: TransactionRunner, spec: WriteSpec) -> None:
         self._session = session
         self._spec = spec
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="catchup-writer")
-        self._waiting: deque[Future[None]] = deque()
-        self._failed = False  # set on the commit thread, before it takes the next transaction
+        self._running: Future[None] | None = None
 
     def put(self, chunk: list[Statement]) -> None:
-        while len(self._waiting) >= self.AHEAD:
-            self._waiting.popleft().result()
-        self._waiting.append(self._pool.submit(self._commit, chunk))
-
-    def _commit(self, chunk: list[Statement]) -> None:
-        if self._failed:
-            return  # an earlier transaction failed: its error reaches the task, nothing more is written
-        try:
-            _commit(self._session, chunk, self._spec)
-        except BaseException:
-            self._failed = True
-            raise
+        self.finish()
+        self._running = self._pool.submit(_commit, self._session, chunk, self._spec)
 
     def finish(self) -> None:
-        """Wait for every transaction put; raise the first one's error."""
-        while self._waiting:
-            self._waiting.popleft().result()
+        """Wait for the transaction put last; raise its error."""
+        running, self._running = self._running, None
+        if running is not None:
+            running.result()
 
     def close(self) -> None:
-        """Drop what has not started (after an error) and wait for the running transaction."""
-        for future in self._waiting:
-            future.cancel()
+        """Wait for the transaction running, if any (after an error of the task's own)."""
         self._pool.shutdown(wait=True)
 
 
