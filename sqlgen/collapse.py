@@ -258,16 +258,20 @@ def update_keeps_key(ev: RowEvent) -> bool:
     old, new = ev.old, ev.new
     if ev.kind is not _UPDATE or old is None or new is None:
         return False
-    names = [n for n, col in new.items() if col["f"] & _HK]
-    if not names:
+    if type(new) is CompactImage:  # the decoder's keyed new images: key positions known
+        shape, values = new.shape, new.column_values
+        pairs = [(n, values[i]) for n, i in zip(shape.key_names, shape.key_index, strict=True)]
+    else:
+        pairs = [(n, col["v"]) for n, col in new.items() if col["f"] & _HK]
+    if not pairs:
         return False
     # The old key: the old image's values of these columns when it flags the same ones, else read
     # over these columns with those it lacks taken from the new image (only-output-updated-
     # columns); either way a column the old image lacks compares equal.
-    for n in names:
+    for n, b in pairs:
         col = old.get(n)
         if col is not None:
-            a, b = col["v"], new[n]["v"]
+            a = col["v"]
             if not (a is b or a == b):
                 return False
     return True

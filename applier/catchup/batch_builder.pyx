@@ -28,6 +28,7 @@ from applier.catchup.rows import (
 )
 from applier.codec._fastpath import compact_image
 from applier.codec.events import (
+    CompactImage,
     DDLEvent,
     LargeMessageEvent,
     ResolvedEvent,
@@ -110,12 +111,14 @@ cdef class BatchBuilder:
         """Rows ready to flush (collapse winners join them when written out)."""
         return self._out_rows + len(self._skel)
 
-    cdef tuple _names(self, tuple table, dict row):
+    cdef tuple _names(self, tuple table, object row):
         """The handle-key column names of an image of ``table``, cached per table and column
         list: within one segment (between two DDL records) a table's column list always has the
         same flags. Two tables may share a column list with other keys, and a DDL may move the
         key without changing the columns (``ADD PRIMARY KEY``): hence the table in the cache's
         key, and a new cache at each DDL record."""
+        if type(row) is CompactImage:  # the decoder's keyed new images know their key
+            return (<object>row).shape.key_names
         cdef dict by_cols = self._key_names.get(table)
         if by_cols is None:
             by_cols = self._key_names[table] = {}
@@ -294,6 +297,8 @@ cdef class BatchBuilder:
         the memory, and the writers' pickles hold each layout once."""
         if new is None:
             return None
+        if type(new) is CompactImage:  # compacted by the decoder
+            return new
         if values is None:
             values = tuple([col["v"] for col in (<dict>new).values()])
         return compact_image(new, values, self._shapes)
@@ -354,8 +359,16 @@ cdef tuple _bucket_row(Py_ssize_t bucket, list out):
             _dumps(out, _PICKLE), None, None, None, low)
 
 
-cdef inline tuple _values(dict row, tuple names):
+cdef inline tuple _values(object row, tuple names):
     """The values of the columns ``names`` of an image (a handle key's values)."""
+    cdef object shape
+    cdef tuple values
+    if type(row) is CompactImage:
+        shape = row.shape
+        values = row.column_values
+        if len(names) == 1 and shape.key_names == names:
+            return (values[shape.key_index[0]],)
+        return tuple([values[shape.index[n]] for n in names])
     if len(names) == 1:
         return (row[names[0]]["v"],)
     return tuple([row[n]["v"] for n in names])

@@ -5,8 +5,10 @@ Why it exists: parsing each JSON document with orjson and then normalising every
 cost about 2.5 times the parse alone; most of that went to building dicts the applier throws away
 (the key object, the value object), strings it replaces at once (base64 and Go-quoted values), and
 to the Python bytecode of the column loop. This module reads the framed record in place and builds
-only what the events keep: the event, its Position, one dict per row image and one ``{t, f, v}``
-dict per column, each value already in its final type (docs/open-protocol.md §1-§4).
+only what the events keep: the event, its Position, each value already in its final type
+(docs/open-protocol.md §1-§4), and the images: the new image of a keyed row as a CompactImage (a
+tuple of the values and a layout shared by the rows of its column names, types and flags), the
+others as one dict per image and one ``{t, f, v}`` dict per column.
 
 It accepts a deliberately small subset of JSON, what current producers write: compact documents
 (no whitespace), keys without escapes, rows of ``{t, f, v}`` columns (``h`` allowed), scalar values.
@@ -744,20 +746,26 @@ cdef inline int _short_key(Cursor* c) except -1:
     return p[1]
 
 
-cdef object _column(Cursor* c):
+cdef struct ColumnInfo:
+    long long t  # type code
+    long long f  # flags, the handle-key bit of ``h`` folded in
+    int order[3]  # the keys as sent ('t', 'f', 'v')
+
+
+cdef object _column_value(Cursor* c, ColumnInfo* info):
     """One ``{t, f, v}`` column (``h`` allowed), normalised as values._normalize_column does:
-    ``h`` folded into ``f`` and dropped, ``v`` converted by the type code; the keys keep their
-    order. A column without ``f`` (old producers), with other keys or twice the same key, or with
-    a value the careful path would reject, is given up on."""
-    cdef int key, seen = 0, count = 0, i
-    cdef int order[3]
+    ``h`` folded into ``f``, ``v`` converted by the type code: the value is returned, the type
+    code, flags and key order go to ``info``. A column without ``f`` (old producers), with other
+    keys or twice the same key, or with a value the careful path would reject, is given up on."""
+    cdef int key, seen = 0, count = 0
+    cdef int* order = info.order
     cdef long long t = -1
     cdef Number code, f, num
     cdef Span span
     cdef int vkind = 0
     cdef bint handle = False
     cdef unsigned char group
-    cdef object value, flags, col
+    cdef object value
     memset(&f, 0, sizeof(Number))
     memset(&num, 0, sizeof(Number))
     memset(&span, 0, sizeof(Span))
@@ -839,30 +847,44 @@ cdef object _column(Cursor* c):
         value = _decimal(&span)
     else:
         raise SLOW  # the NULL type with a value, unknown codes
-    flags = PyLong_FromUnsignedLongLong(f.magnitude | HANDLE_KEY if handle else f.magnitude)
-    if order[0] == 0x74 and order[1] == 0x66:  # t, f, v: the order producers write
+    info.t = t
+    info.f = <long long>(f.magnitude | HANDLE_KEY if handle else f.magnitude)
+    return value
+
+
+cdef object _column_dict(const ColumnInfo* info, object value):
+    """The ``{t, f, v}`` dict of a parsed column, its keys in the order they were sent."""
+    cdef object col
+    cdef int i, key
+    if info.order[0] == 0x74 and info.order[1] == 0x66:  # t, f, v: the order producers write
         # A copy of a dict with these keys, then three stores in place: cheaper than three inserts.
         col = PyDict_Copy(COLUMN)
-        PyDict_SetItem(col, "t", PyLong_FromLongLong(t))
-        PyDict_SetItem(col, "f", flags)
+        PyDict_SetItem(col, "t", PyLong_FromLongLong(info.t))
+        PyDict_SetItem(col, "f", PyLong_FromLongLong(info.f))
         PyDict_SetItem(col, "v", value)
         return col
     col = PyDict_New()
     for i in range(3):
-        key = order[i]
+        key = info.order[i]
         if key == 0x74:
-            PyDict_SetItem(col, "t", PyLong_FromLongLong(t))
+            PyDict_SetItem(col, "t", PyLong_FromLongLong(info.t))
         elif key == 0x66:
-            PyDict_SetItem(col, "f", flags)
+            PyDict_SetItem(col, "f", PyLong_FromLongLong(info.f))
         else:
             PyDict_SetItem(col, "v", value)
     return col
 
 
-cdef object _row(Cursor* c, list values):
+cdef inline object _column(Cursor* c):
+    """One column as the dict the careful path makes of it (:func:`_column_value`)."""
+    cdef ColumnInfo info
+    cdef object value = _column_value(c, &info)
+    return _column_dict(&info, value)
+
+
+cdef object _row(Cursor* c):
     """One row image: column name -> column, in the producer's order. A name sent twice is given
-    up on (orjson keeps the last value at the first place; the careful path decides). With
-    ``values`` (a list), each column's value is appended to it too, in the same order."""
+    up on (orjson keeps the last value at the first place; the careful path decides)."""
     cdef object row = PyDict_New(), name, col
     cdef Span span
     cdef Py_ssize_t size = 0
@@ -880,20 +902,157 @@ cdef object _row(Cursor* c, list values):
         size += 1
         if PyDict_Size(row) != size:
             raise SLOW
-        if values is not None:
-            values.append((<dict>col)["v"])
         if not _next_member(c):
             return row
 
 
-cdef bint _same_names(dict old, dict new) except -1:
-    """``old.keys() == new.keys()`` (as sets)."""
-    if len(old) != len(new):
+cdef bint _same_names(dict old, object new) except -1:
+    """``old.keys() == new.keys()`` (as sets), ``new`` a dict or a compact image."""
+    cdef dict names = <dict>new if type(new) is dict else (<object>new).shape.index
+    if len(old) != len(names):
         return False
-    for name in new:
+    for name in names:
         if not PyDict_Contains(old, name):
             return False
     return True
+
+
+# --- new images of keyed rows, compact from the start -------------------------------------------------
+#
+# A keyed row's new image is built as a CompactImage (its layout, shared, and a tuple of values)
+# rather than a dict of {t, f, v} dicts: the daemon's listener and the catch-up's readers keep
+# nothing else of it, so the dicts were built only to be converted and freed (5 of the 10 dicts
+# of a four-column update). Keyless rows and old images stay dicts: the listener reads their
+# columns, and keyless planning compares them column by column.
+
+cdef object COMPACT_IMAGE = CompactImage
+cdef object IMAGE_SHAPE = ImageShape
+
+cdef enum:
+    LOCAL_COLUMNS = 64  # columns parsed into the stack; wider images get a block of their own
+    MAX_SHAPES = 4096  # layouts kept; past that the caches start anew (a stream of odd images)
+
+# Column names (a tuple) -> (ImageShape, its (type code, flags) pairs packed as long longs), and
+# table name -> the entry its last image used: checking that one is a few pointer comparisons,
+# where finding the entry by names needs a tuple of them.
+cdef dict _SHAPES = {}
+cdef dict _LAST_SHAPE = {}
+
+
+cdef bint _same_pairs(bytes packed, const ColumnInfo* infos, Py_ssize_t n) except -1:
+    """Whether the columns parsed have the packed (type code, flags) pairs of a layout."""
+    if PyBytes_GET_SIZE(packed) != n * 2 * <Py_ssize_t>sizeof(long long):
+        return False
+    cdef const long long* pairs = <const long long*>PyBytes_AS_STRING(packed)
+    cdef Py_ssize_t i
+    for i in range(n):
+        if pairs[2 * i] != infos[i].t or pairs[2 * i + 1] != infos[i].f:
+            return False
+    return True
+
+
+cdef bint _same_columns(tuple entry, list names, const ColumnInfo* infos, Py_ssize_t n) except -1:
+    """Whether the columns parsed (``names`` and ``infos``) are those of a cached layout."""
+    cdef tuple known = (<object>entry[0]).names
+    cdef Py_ssize_t i
+    if len(known) != n:
+        return False
+    for i in range(n):
+        a = names[i]
+        b = known[i]
+        if a is not b and a != b:
+            return False
+    return _same_pairs(<bytes>entry[1], infos, n)
+
+
+cdef object _shape(list names, const ColumnInfo* infos, Py_ssize_t n, object table):
+    """The ImageShape of the columns parsed: the table's last one, a cached one of these names
+    and pairs, or a new one (a name sent twice is given up on: the careful path decides)."""
+    cdef PyObject* found = PyDict_GetItem(_LAST_SHAPE, table)
+    if found != NULL and _same_columns(<tuple>found, names, infos, n):
+        return (<tuple>found)[0]
+    cdef tuple key = tuple(names)
+    cdef tuple entry
+    cdef list layout
+    cdef object shape, packed
+    cdef long long* pairs
+    cdef Py_ssize_t i
+    found = PyDict_GetItem(_SHAPES, key)
+    if found != NULL and _same_pairs(<bytes>(<tuple>found)[1], infos, n):
+        entry = <tuple>found
+    else:
+        layout = []
+        for i in range(n):
+            layout.append((infos[i].t, infos[i].f))
+        shape = IMAGE_SHAPE(key, tuple(layout))
+        if len(shape.index) != n:
+            raise SLOW
+        packed = PyBytes_FromStringAndSize(NULL, n * 2 * <Py_ssize_t>sizeof(long long))
+        pairs = <long long*>PyBytes_AS_STRING(packed)
+        for i in range(n):
+            pairs[2 * i] = infos[i].t
+            pairs[2 * i + 1] = infos[i].f
+        entry = (shape, packed)
+        if len(_SHAPES) >= MAX_SHAPES or len(_LAST_SHAPE) >= MAX_SHAPES:
+            _SHAPES.clear()
+            _LAST_SHAPE.clear()
+        _SHAPES[key] = entry
+    _LAST_SHAPE[table] = entry
+    return entry[0]
+
+
+cdef object _new_image(Cursor* c, list values, object table):
+    """The new image (``u``) of a row of ``table``: a CompactImage when a column is flagged handle
+    key, else the dict ``_row`` would make. Each column's value is appended to ``values``."""
+    cdef ColumnInfo local[LOCAL_COLUMNS]
+    cdef ColumnInfo* infos = local
+    cdef ColumnInfo* grown
+    cdef Py_ssize_t n = 0, cap = LOCAL_COLUMNS, i
+    cdef list names = []
+    cdef bint keyed = False
+    cdef Span span
+    cdef object row, out
+    _expect(c, 0x7B)
+    if c.p < c.end and c.p[0] == 0x7D:
+        c.p += 1
+        return PyDict_New()
+    try:
+        while True:
+            _expect(c, 0x22)
+            c.p = _scan_string(c.p, c.end, &span)
+            name = _string(&span) if span.escaped else _name(span.start, span.size, span.ascii)
+            _expect(c, 0x3A)
+            if n == cap:
+                grown = <ColumnInfo*>PyMem_Malloc(2 * cap * sizeof(ColumnInfo))
+                if grown == NULL:
+                    raise MemoryError
+                memcpy(grown, infos, n * sizeof(ColumnInfo))
+                if infos != local:
+                    PyMem_Free(infos)
+                infos = grown
+                cap *= 2
+            value = _column_value(c, &infos[n])
+            if infos[n].f & HANDLE_KEY:
+                keyed = True
+            names.append(name)
+            values.append(value)
+            n += 1
+            if not _next_member(c):
+                break
+        if keyed:
+            out = _alloc(COMPACT_IMAGE)
+            _put(<PyObject*>out, CI_SLOT[CI_SHAPE], _shape(names, infos, n, table))
+            _put(<PyObject*>out, CI_SLOT[CI_VALUES], tuple(values))
+            return out
+        row = PyDict_New()
+        for i in range(n):
+            PyDict_SetItem(row, names[i], _column_dict(&infos[i], values[i]))
+            if PyDict_Size(row) != i + 1:
+                raise SLOW  # a name sent twice
+        return row
+    finally:
+        if infos != local:
+            PyMem_Free(infos)
 
 
 cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned char* vp, Py_ssize_t vn,
@@ -990,11 +1149,11 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
         while True:
             bit = _short_key(&c)
             if bit == 0x75 and u is None:
-                u = _row(&c, new_values)
+                u = _new_image(&c, new_values, tbl)
             elif bit == 0x70 and p is None:
-                p = _row(&c, None)
+                p = _row(&c)
             elif bit == 0x64 and d is None:
-                d = _row(&c, None)
+                d = _row(&c)
             else:
                 raise SLOW
             if not _next_member(&c):
@@ -1029,7 +1188,8 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
     _put(<PyObject*>event, EV_SLOT[E_RID], rid)
     # The new image's values, taken while they are in the CPU cache: planning reads them a window
     # later, where walking the image again cost several times more (events.RowEvent.new_values).
-    _put(<PyObject*>event, EV_SLOT[E_NEW_VALUES], None if new is None else tuple(new_values))
+    _put(<PyObject*>event, EV_SLOT[E_NEW_VALUES], None if new is None else (
+        (<object>new).column_values if type(new) is COMPACT_IMAGE else tuple(new_values)))
     return event
 
 
@@ -1103,9 +1263,6 @@ def decode_record_fast(key, value, topic, partition, offset, plan, decompress, o
 
 
 # --- compact images, for the daemon's row cache --------------------------------------------------------
-
-cdef object COMPACT_IMAGE = CompactImage
-cdef object IMAGE_SHAPE = ImageShape
 
 
 def compact_image(dict image, tuple values, dict shapes):

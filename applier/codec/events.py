@@ -2,8 +2,8 @@
 
 These types are the contract between the decoder and everything downstream of it (listeners,
 barrier, SQL planning, the Spark catch-up). They are deliberately light: one slotted object per
-event, and columns as plain dicts (a ``Column`` TypedDict) so the decoder can reuse the dicts the
-JSON parser already built instead of allocating an object per column on the hot path.
+event, and columns as plain dicts (a ``Column`` TypedDict), except the new image of a keyed row
+decoded by the fast path, which comes as a :class:`CompactImage` (it reads as the same dict).
 """
 
 from __future__ import annotations
@@ -189,11 +189,13 @@ class CompactImage(Mapping[str, Column]):
 
     Why: a decoded image is a dict of ``{t, f, v}`` dicts, about 1 KB for four columns, and the
     daemon's row cache holds tens of thousands of rows while they wait for their window; the
-    names, types and flags are the same for every row of a table. The daemon's listener swaps a
-    keyed row's new image for this before caching it (``applier.codec._fastpath.compact_image``
-    builds it, slot by slot: keep this a slotted dataclass of these two fields). It reads as the
-    dict it replaces (a ``Column`` dict is built on each lookup, so it equals the original
-    image); planning reads ``shape`` and ``column_values`` directly.
+    names, types and flags are the same for every row of a table. The decoder's fast path gives
+    a keyed row's new image in this form (the dicts were built only to be converted and freed),
+    and the daemon's listener converts the ones the careful path decoded before caching them
+    (``applier.codec._fastpath`` builds both slot by slot: keep this a slotted dataclass of these
+    two fields). It reads as the dict it replaces (a ``Column`` dict is built on each lookup, so
+    it equals the original image, but for the order of ``t``, ``f`` and ``v`` inside a column);
+    the listener, planning and the catch-up read ``shape`` and ``column_values`` directly.
     """
 
     shape: ImageShape

@@ -206,7 +206,9 @@ def cache_bytes(record_bytes: int, events: Sequence[Event]) -> int:
     for ev in events:
         if type(ev) is RowEvent:
             new, old = ev.new, ev.old
-            total += ROW_BYTES + COLUMN_BYTES * ((len(new) if new else 0) + (len(old) if old else 0))
+            # a compact image is counted as the dicts it stands for, as before
+            columns = len(new.column_values) if type(new) is CompactImage else len(new) if new else 0
+            total += ROW_BYTES + COLUMN_BYTES * (columns + (len(old) if old else 0))
     return total
 
 
@@ -237,11 +239,11 @@ def _compact_keyed(ev: RowEvent, shapes: dict[tuple[str, ...], ImageShape]) -> N
     """Make a keyed row cheap to hold and to plan before it waits in the cache.
 
     What planning never reads of its old image goes (:func:`_trim_old_image`). Its new image
-    becomes a :class:`CompactImage`: the values (``RowEvent.new_values``, taken now if the
-    decoder's fast path did not) and the layout shared with every row of the same column names,
-    types and flags (``shapes``, by column names; checked row by row, since a DDL can change
-    types or flags under the same names). That is an eighth of the dicts' memory, freed while the
-    row is still in the CPU cache, and planning reads the key and values without a dict lookup.
+    is a :class:`CompactImage` (the decoder's fast path gives it so; one the careful path decoded
+    is converted here): the values (``RowEvent.new_values``) and the layout shared with every row
+    of the same column names, types and flags (``shapes``, by column names; checked row by row,
+    since a DDL can change types or flags under the same names). That is an eighth of the dicts'
+    memory, and planning reads the key and values without a dict lookup.
     """
     if ev.old is not None:
         _trim_old_image(ev)
@@ -532,6 +534,8 @@ class PartitionListener:
             # Keyless? One dict probe when the column that carried the handle-key flag last time
             # still carries it (exact: the flag is in this very image); a full scan otherwise.
             img = ev.new if ev.new is not None else ev.old  # type: ignore[union-attr]
+            if type(img) is CompactImage and img.shape.key_index:
+                continue  # keyed: the decoder compacts only images with a handle-key column
             col = img.get(hk) if (hk is not None and img is not None) else None
             if col is None or not col["f"] & _HK:
                 found = _handle_key_column(ev)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ same events (same types, same dict order) or the same MalformedRecordError (reas
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import struct
 from typing import Any
@@ -50,9 +51,25 @@ def dumps(obj: Any, ascii_only: bool = False) -> bytes:
     return json.dumps(obj, ensure_ascii=ascii_only, separators=(",", ":")).encode()
 
 
+def _columns(image: Any) -> list[tuple[str, Any, Any, Any]] | None:
+    """An image (a dict, or the compact form the fast path gives keyed new images) as its columns
+    in order: the same whichever form, and the order of ``t``, ``f``, ``v`` inside a column (which
+    the compact form does not keep, and nothing reads) left out."""
+    if image is None:
+        return None
+    return [(name, col["t"], col["f"], col["v"]) for name, col in image.items()]
+
+
+def _event_repr(event: Any) -> str:
+    if type(event) is RowEvent:
+        rest = dataclasses.replace(event, new=None, old=None)
+        return repr((rest, _columns(event.new), _columns(event.old)))
+    return repr(event)
+
+
 def outcome(fn: Any, key: bytes, value: bytes, options: DecoderOptions) -> tuple[str, Any]:
     """What a decoder makes of a record, in a form where 1, 1.0, True, b"" and "" all differ and
-    dict order counts (repr), so that equal outcomes mean the same events. Either way the record's
+    column order counts (repr), so that equal outcomes mean the same events. Either way the record's
     position must be where it says: the error's, or every event's."""
     try:
         events = fn(key, value, topic="tp", partition=1, offset=2, options=options)
@@ -67,7 +84,11 @@ def outcome(fn: Any, key: bytes, value: bytes, options: DecoderOptions) -> tuple
         taken = getattr(e, "new_values", None)
         if taken is not None:
             assert repr(taken) == repr(tuple(c["v"] for c in e.new.values()))
-    return "events", repr(events)
+        if type(e) is RowEvent and e.new is not None:
+            # keyed new images come compact from the fast path, everything else as dicts
+            keyed = any(col["f"] & FLAG_HANDLE_KEY for col in e.new.values())
+            assert type(e.new) is (CompactImage if keyed and fn is decode_record and taken else dict)
+    return "events", "[" + ", ".join(_event_repr(e) for e in events) + "]"
 
 
 def assert_same(key: bytes, value: bytes, options: DecoderOptions) -> tuple[str, Any]:
@@ -520,6 +541,53 @@ def test_compact_images_read_as_their_images_and_share_a_layout_only_when_it_is_
         assert compact.shape.key_names == tuple(n for n, c in image.items() if c["f"] & FLAG_HANDLE_KEY)
         made.append(compact)
     assert shapes[tuple(made[-1])] is made[-1].shape
+    for a in made:
+        for b in made:
+            if a.shape is b.shape:
+                assert (a.shape.names, a.shape.layout) == (b.shape.names, b.shape.layout)
+
+
+_INT_LAYOUT_COLUMNS = st.lists(
+    st.tuples(
+        st.sampled_from(["id", "k", "c", "pad"]),
+        st.sampled_from([1, 2, 3, 8]),  # integer types: every value below is valid for each
+        st.sampled_from([0, 2, 11, 64, 256]),
+    ),
+    max_size=4,
+    unique_by=lambda col: col[0],
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_INT_LAYOUT_COLUMNS, st.integers(0, 100), st.sampled_from(["t1", "t2"])),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_fast_path_gives_keyed_new_images_compact_with_a_layout_shared_only_when_equal(
+    rows: list,
+) -> None:
+    """New images of random layouts (the same names with other types or flags, as after a DDL; two
+    tables), decoded one record after another as the daemon does: a keyed one comes compact and
+    reads as the image sent, a keyless one as a dict, and images share a layout object only when
+    their names, types and flags are equal (the decoder keeps its layouts across records)."""
+    made = []
+    for columns, seed, table in rows:
+        image = {name: {"t": t, "f": f, "v": seed + i} for i, (name, t, f) in enumerate(columns)}
+        key, value = frame(
+            [dumps({"ts": 1, "scm": "s", "tbl": table, "t": 1})], [dumps({"u": image})], OPTIONS[0]
+        )
+        (event,) = decode_record(key, value, topic="tp", partition=1, offset=2)
+        keyed = any(c["f"] & FLAG_HANDLE_KEY for c in image.values())
+        assert type(event.new) is (CompactImage if keyed else dict)
+        assert event.new == image and [(n, c["t"], c["f"], c["v"]) for n, c in event.new.items()] == [
+            (n, c["t"], c["f"], c["v"]) for n, c in image.items()
+        ]
+        if keyed:
+            assert event.new.column_values is event.new_values
+            made.append(event.new)
     for a in made:
         for b in made:
             if a.shape is b.shape:
