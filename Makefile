@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 
 # The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
 # Installing compiles the hot loops (setup.py): a changed .pyx reinstalls.
-COMPILED := setup.py $(wildcard applier/*/*.pyx)
+COMPILED := setup.py $(wildcard applier/*/*.pyx sqlgen/*.pyx)
 
 $(BIN)/.installed-demo: pyproject.toml $(COMPILED)
 	$(PYTHON) -m venv $(VENV)

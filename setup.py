@@ -1,7 +1,8 @@
 """Build of the compiled modules, the hot loops; everything else is in pyproject.toml.
 
 - applier/codec/_fastpath.pyx: the decoder's fast path (every record the daemon and the catch-up read);
-- applier/catchup/batch_builder.pyx: the catch-up readers' loop over decoded events.
+- applier/catchup/batch_builder.pyx: the catch-up readers' loop over decoded events;
+- sqlgen/_bind.pyx: the values of the daemon's statements turned into SQL text.
 
 Cython (a build requirement, see pyproject.toml) turns them into C under build/, which the C
 compiler then builds; `pip install -e .` places the modules next to their sources.
@@ -15,6 +16,7 @@ setup(
         [
             Extension("applier.codec._fastpath", ["applier/codec/_fastpath.pyx"]),
             Extension("applier.catchup.batch_builder", ["applier/catchup/batch_builder.pyx"]),
+            Extension("sqlgen._bind", ["sqlgen/_bind.pyx"]),
         ],
         build_dir="build",
     )

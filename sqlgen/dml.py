@@ -49,6 +49,14 @@ from sqlgen.dialect import Dialect, packet_margin, packet_needed
 from sqlgen.quoting import column_list_fmt, quote_ident_fmt, quote_table, quote_table_fmt
 from sqlgen.route import Router
 
+try:
+    from sqlgen._bind import bind
+except ImportError as _e:  # an install from before the module existed: one clear line
+    raise ImportError(
+        f"the compiled statement binding (sqlgen/_bind.pyx) cannot be imported ({_e}): rebuild it "
+        "with `pip install -e .` in the checkout (needs a C compiler and the Python headers)"
+    ) from _e
+
 TYPE_DECIMAL = 246
 _BOUNDED_TYPES = frozenset({1, 2, 3, 8, 9, 13, 16, 247, 248, 4, 5, 6})
 """Column types whose values the decoder only ever gives as int, float or None
@@ -90,33 +98,16 @@ class Statement:
         """The statement's text with its values in it: what ``cursor.mogrify(sql, params)`` gives.
 
         ``escape`` is the session's ``Connection.escape`` (its text depends on the session's
-        character set and sql_mode), which mogrify applies to every value. An int is written as
-        ``str(v)`` directly, the text pymysql's int encoder gives, without the four calls of its
-        type dispatch: binding was a fifth of the daemon's CPU time on benchmarks/apply.py's rows
-        (two ints and two strings each), and this makes it about a third cheaper.
-
-        Strings: pymysql escapes a string by one ``str.translate`` each, half of binding's time. A
-        string holding none of the characters it escapes (``_ESCAPED``) comes out of either of its
-        modes (backslashes, or NO_BACKSLASH_ESCAPES' doubled quotes) as itself between quotes, so
-        all the statement's strings are checked at once, joined, by seven C-speed scans, and when
-        none holds such a character each is quoted as it is (binding 2.6x faster on those rows).
-        Otherwise every string goes through ``escape`` as before.
+        character set and sql_mode), which mogrify applies to every value. Two kinds of value are
+        written without it, by the same text: an int as ``str(v)``, what pymysql's int encoder
+        gives after the four calls of its type dispatch; a string holding none of the characters
+        pymysql escapes (``_ESCAPED``) as itself between quotes, which is what either of its modes
+        (backslashes, or NO_BACKSLASH_ESCAPES' doubled quotes) makes of such a string. Binding was
+        a fifth of the daemon's CPU time on benchmarks/apply.py's rows (two ints and two strings
+        each) with pymysql's escaping alone, and the loop choosing each value's literal still cost
+        most of what was left in Python, so it is compiled (``sqlgen/_bind.pyx``).
         """
-        params = self.params
-        strs = [v for v in params if type(v) is str]
-        if strs and _clean("".join(strs)):
-            return self.sql % tuple(
-                [str(v) if type(v) is int else "'" + v + "'" if type(v) is str else escape(v) for v in params]
-            )
-        return self.sql % tuple([str(v) if type(v) is int else escape(v) for v in params])
-
-
-_ESCAPED_CHARS = tuple(_ESCAPED.decode("ascii"))
-
-
-def _clean(text: str) -> bool:
-    """True when ``text`` holds none of the characters pymysql escapes in a string literal."""
-    return all(c not in text for c in _ESCAPED_CHARS)
+        return bind(self.sql, self.params, escape)
 
 
 def statements(plan: WindowPlan, dialect: Dialect, router: Router | None = None) -> Iterator[Statement]:
