@@ -875,37 +875,6 @@ cdef object _column_dict(const ColumnInfo* info, object value):
     return col
 
 
-cdef inline object _column(Cursor* c):
-    """One column as the dict the careful path makes of it (:func:`_column_value`)."""
-    cdef ColumnInfo info
-    cdef object value = _column_value(c, &info)
-    return _column_dict(&info, value)
-
-
-cdef object _row(Cursor* c):
-    """One row image: column name -> column, in the producer's order. A name sent twice is given
-    up on (orjson keeps the last value at the first place; the careful path decides)."""
-    cdef object row = PyDict_New(), name, col
-    cdef Span span
-    cdef Py_ssize_t size = 0
-    _expect(c, 0x7B)
-    if c.p < c.end and c.p[0] == 0x7D:
-        c.p += 1
-        return row
-    while True:
-        _expect(c, 0x22)
-        c.p = _scan_string(c.p, c.end, &span)
-        name = _string(&span) if span.escaped else _name(span.start, span.size, span.ascii)
-        _expect(c, 0x3A)
-        col = _column(c)
-        PyDict_SetItem(row, name, col)
-        size += 1
-        if PyDict_Size(row) != size:
-            raise SLOW
-        if not _next_member(c):
-            return row
-
-
 cdef bint _same_names(dict old, object new) except -1:
     """``old.keys() == new.keys()`` (as sets), ``new`` a dict or a compact image."""
     cdef dict names = <dict>new if type(new) is dict else (<object>new).shape.index
@@ -917,7 +886,7 @@ cdef bint _same_names(dict old, object new) except -1:
     return True
 
 
-# --- new images of keyed rows, compact from the start -------------------------------------------------
+# --- row images: new images of keyed rows compact from the start --------------------------------------
 #
 # A keyed row's new image is built as a CompactImage (its layout, shared, and a tuple of values)
 # rather than a dict of {t, f, v} dicts: the daemon's listener and the catch-up's readers keep
@@ -1001,9 +970,11 @@ cdef object _shape(list names, const ColumnInfo* infos, Py_ssize_t n, object tab
     return entry[0]
 
 
-cdef object _new_image(Cursor* c, list values, object table):
-    """The new image (``u``) of a row of ``table``: a CompactImage when a column is flagged handle
-    key, else the dict ``_row`` would make. Each column's value is appended to ``values``."""
+cdef object _row(Cursor* c, list values, object table):
+    """One row image, in the producer's column order: with ``table`` (a new image), a
+    CompactImage when a column is flagged handle key, else column name -> ``{t, f, v}`` dict.
+    Each column's value is appended to ``values``. A name sent twice is given up on (orjson keeps
+    the last value at the first place; the careful path decides)."""
     cdef ColumnInfo local[LOCAL_COLUMNS]
     cdef ColumnInfo* infos = local
     cdef ColumnInfo* grown
@@ -1039,7 +1010,7 @@ cdef object _new_image(Cursor* c, list values, object table):
             n += 1
             if not _next_member(c):
                 break
-        if keyed:
+        if keyed and table is not None:
             out = _alloc(COMPACT_IMAGE)
             _put(<PyObject*>out, CI_SLOT[CI_SHAPE], _shape(names, infos, n, table))
             _put(<PyObject*>out, CI_SLOT[CI_VALUES], tuple(values))
@@ -1149,11 +1120,11 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
         while True:
             bit = _short_key(&c)
             if bit == 0x75 and u is None:
-                u = _new_image(&c, new_values, tbl)
+                u = _row(&c, new_values, tbl)
             elif bit == 0x70 and p is None:
-                p = _row(&c)
+                p = _row(&c, [], None)
             elif bit == 0x64 and d is None:
-                d = _row(&c)
+                d = _row(&c, [], None)
             else:
                 raise SLOW
             if not _next_member(&c):
