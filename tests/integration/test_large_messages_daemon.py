@@ -56,13 +56,20 @@ def large_stream(feed: Changefeed, seed: int, large: str, compression: str | Non
 
 def _resolved_cuts(sim: Simulation) -> list[tuple[int, int]]:
     """(records to produce, resolved ts): the prefix of the stream up to each original resolved
-    broadcast, so that the daemon, run to the end of it, stops at exactly that resolved ts."""
+    broadcast, so that the daemon, run to the end of it, stops at exactly that resolved ts.
+
+    The first copies only: a duplicated record (a producer retry) can follow up to two later
+    records of its partition, so the duplicate of a resolved event may come after the next
+    broadcast has reached every partition, and a prefix ending there lets the daemon go on to that
+    next resolved ts."""
     cuts: list[tuple[int, int]] = []
     for ts in sim.resolved_points:
         last = max(
             i
             for i, rec in enumerate(sim.records)
-            if not rec.replay and any(e.kind == "resolved" and e.commit_ts == ts for e in rec.events)
+            if not rec.replay
+            and not rec.duplicate
+            and any(e.kind == "resolved" and e.commit_ts == ts for e in rec.events)
         )
         if not cuts or last + 1 > cuts[-1][0]:
             cuts.append((last + 1, ts))
