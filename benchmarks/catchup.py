@@ -13,7 +13,8 @@ What it does (issue 5, "Benchmark"):
 2. Catch-up: the "backup at X" is the empty table (X = the CREATE TABLE's ts); ``python -m applier
    catchup --from-ts X`` runs as a subprocess (Spark ``--spark-master``, default local[2]).
    Time = process start to exit (Spark start-up included). Peak memory = the largest sum of RSS
-   over the process and all its descendants (the Spark JVM, the Python workers), polled.
+   over the process and all its descendants (the Spark JVM, the Python workers), polled; the
+   line shows that peak's parts (``driver``: the applier's own process, ``jvm``, ``workers``).
 3. Daemon: the schema is dropped, then ``python -m applier run --exit-when-caught-up`` replays the
    same topic from the beginning into a fresh copy (a fresh checkpoint schema). Same measures.
 4. Both results are checked against the generator's final state (row count and CRC32 checksum).
@@ -103,18 +104,22 @@ class Run:
     seconds: float
     peak_tree_rss_mib: float
     log_path: str
+    peak_parts: str = ""  # the peak sample's RSS by process kind (``_rss_kinds``)
 
 
-def _tree_rss_kib(root: int) -> int:
-    """Sum of VmRSS over ``root`` and every descendant (from /proc)."""
+def _tree_rss_kib(root: int) -> dict[str, int]:
+    """VmRSS of ``root`` and every descendant (from /proc), summed by kind (``_rss_kinds``)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    names: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                stat = fh.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            names[int(entry)] = stat[stat.index("(") + 1 : stat.rindex(")")]
             with open(f"/proc/{entry}/status") as fh:
                 for line in fh:
                     if line.startswith("VmRSS:"):
@@ -123,12 +128,20 @@ def _tree_rss_kib(root: int) -> int:
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [root]
+    kinds: dict[str, int] = {}
+    todo = [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
+        kind = "driver" if pid == root else "jvm" if names.get(pid) == "java" else "workers"
+        kinds[kind] = kinds.get(kind, 0) + rss.get(pid, 0)
         todo.extend(children.get(pid, []))
-    return total
+    return kinds
+
+
+def _rss_kinds(kinds: dict[str, int]) -> str:
+    """Where the peak memory is: the applier's own process (the Spark driver's Python side, or the
+    daemon), the JVM (local mode: Spark's driver and executor) and its Python workers."""
+    return ", ".join(f"{k} {kinds[k] / 1024:,.0f}" for k in ("driver", "jvm", "workers") if k in kinds)
 
 
 def run_measured(cmd: list[str], label: str) -> Run:
@@ -136,12 +149,14 @@ def run_measured(cmd: list[str], label: str) -> Run:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=fd, stderr=subprocess.STDOUT, env=applier_env(), cwd=ROOT)
     os.close(fd)
-    peak = [0]
+    peak: list[dict[str, int]] = [{}]
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(0.25):
-            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+            kinds = _tree_rss_kib(proc.pid)
+            if sum(kinds.values()) > sum(peak[0].values()):
+                peak[0] = kinds
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
@@ -149,7 +164,7 @@ def run_measured(cmd: list[str], label: str) -> Run:
     seconds = time.perf_counter() - t0
     stop.set()
     poller.join()
-    return Run(proc.returncode, seconds, peak[0] / 1024, log_path)
+    return Run(proc.returncode, seconds, sum(peak[0].values()) / 1024, log_path, _rss_kinds(peak[0]))
 
 
 def _tail(path: str, lines: int = 8) -> str:
@@ -171,7 +186,7 @@ def measure(
     got = checksum_sql(admin, schema) if run.returncode == 0 else None
     print(
         f"{name:<11}: exit {run.returncode}, {run.seconds:.1f} s, {events / run.seconds:,.0f} row events/s, "
-        f"peak RSS {run.peak_tree_rss_mib:,.0f} MiB{detail}; log {run.log_path}"
+        f"peak RSS {run.peak_tree_rss_mib:,.0f} MiB ({run.peak_parts}){detail}; log {run.log_path}"
     )
     if run.returncode != 0:
         print(_tail(run.log_path))
