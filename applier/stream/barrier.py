@@ -215,10 +215,8 @@ class Barrier:
             if after.ddl is not None or after.base_ts != g:
                 return None
             g = after.target_ts
-        target = self.global_resolved()
         ddl_ts = self._min_pending_ddl_ts()
-        if ddl_ts is not None:
-            target = min(target, ddl_ts - 1)
+        target = self._row_target(ddl_ts)
         if target > g:
             listeners = self._listeners.values()
             below = sum(lst.count_upto(g) for lst in listeners) if after is not None else 0
@@ -238,6 +236,24 @@ class Barrier:
         if target > g:
             return self._build(target, None, g)
         return None
+
+    def _row_target(self, ddl_ts: int | None) -> int:
+        """The highest ts rows can be released up to: the watermark, below the lowest pending DDL."""
+        target = self.global_resolved()
+        return target if ddl_ts is None else min(target, ddl_ts - 1)
+
+    def rows_ready_after(self, window: Window) -> int:
+        """How many rows ``next_window(after=window)`` could take with no row cap (0 when it would
+        build nothing): bisections only, so the daemon can ask every few records whether a full
+        window already waits behind the one being applied."""
+        g = self._progress.applied_ts
+        if window.ddl is not None or window.base_ts != g:
+            return 0
+        target = self._row_target(self._min_pending_ddl_ts())
+        if target <= window.target_ts:
+            return 0
+        listeners = self._listeners.values()
+        return sum(lst.count_upto(target) - lst.count_upto(window.target_ts) for lst in listeners)
 
     def early_window(self, base: int, min_rows: int, max_rows: int) -> Window | None:
         """Rows above the watermark that have most likely all arrived, to be written before their

@@ -53,6 +53,8 @@ def consume_pipelined(
         if not queue:
             w = barrier.next_window(**kwargs)
         elif len(queue) == 1:
+            uncapped = barrier.next_window(after=queue[0])
+            assert barrier.rows_ready_after(queue[0]) == (len(uncapped.rows) if uncapped else 0)
             w = barrier.next_window(after=queue[0], **kwargs)
             if w is not None:
                 assert w.ddl is None and w.rows, "only row windows are built ahead"
@@ -124,6 +126,7 @@ def test_nothing_is_built_ahead_of_a_ddl_or_of_a_ddl_window() -> None:
     first = barrier.next_window()
     assert first is not None and first.target_ts == 19 and len(first.rows) == 2
     assert barrier.next_window(after=first) is None  # the DDL comes next: not built ahead
+    assert barrier.rows_ready_after(first) == 0
     barrier.mark_applied(first)
     ddl_window = barrier.next_window()
     assert ddl_window is not None and ddl_window.ddl is not None
@@ -141,6 +144,7 @@ def test_a_window_built_ahead_takes_only_rows_after_the_one_in_flight() -> None:
     feed(0, resolved_event(13))
     first = barrier.next_window(max_rows=2)
     assert first is not None and first.target_ts == 11
+    assert barrier.rows_ready_after(first) == 2  # what the daemon asks before building a full window
     ahead = barrier.next_window(max_rows=2, after=first)
     assert ahead is not None and [r.commit_ts for r in ahead.rows] == [12, 13]
     assert ahead.base_ts == 11 and ahead.target_ts == 13
