@@ -21,7 +21,9 @@ What it does (issue 5, "Benchmark"):
    Prints both times, the ratio and the peak memories; the exit code is 1 only when a run failed
    or the data differs.
 5. The catch-up's stages (from its summary): start-up (process start to the first Spark job:
-   JVM, planning), scan (read, decode, collapse in the readers, cache, skeleton to the driver),
+   JVM, planning), read planning (Spark's planning of the read, until its first task runs: the
+   same few seconds whatever the backlog), scan (first read task to the skeleton in the driver:
+   read, decode, collapse in the readers, cache; earlier versions counted the read planning in it),
    replay (the driver's plan), write (every epoch's writers), hand-off. Beside them two baselines
    measured in the same run: the single-core decode rate (``decode_record`` over the first
    records of partition 0, in this process) times the cores the catch-up uses, for the scan; and
@@ -290,10 +292,10 @@ def print_stages(cu: Run, events: int, rows: int, master: str, decode: float, ra
     write = sum(v for k, v in stages.items() if k.startswith("epoch") or k == "ddl")
     cores = cores_of(master)
     startup = cu.seconds - job_seconds + stages.get("start-up", 0.0)
-    scan = stages.get("scan", 0.0)
+    scan, plan = stages.get("scan", 0.0), stages.get("plan", 0.0)
     print(
-        f"stages     : start-up {startup:.1f} s (JVM, planning), scan {scan:.1f} s, "
-        f"replay {stages.get('replay', 0.0):.1f} s, write {write:.1f} s, "
+        f"stages     : start-up {startup:.1f} s (JVM, planning), read planning {plan:.1f} s, "
+        f"scan {scan:.1f} s, replay {stages.get('replay', 0.0):.1f} s, write {write:.1f} s, "
         f"hand-off {stages.get('handoff', 0.0):.1f} s"
     )
     if scan > 0:

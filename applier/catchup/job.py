@@ -283,7 +283,7 @@ class CatchupJob:
                 large=self.large if self.large.configured else None,
                 filter=self.tables.tables.rules if self.tables is not None else (),
             )
-            progress.stage("scan", total_records=total)
+            progress.stage("scan", total_records=total, plan_apart=True)
             if ranges:
                 decoded = self._read(spec, ranges)
                 skeleton = self._collect_skeleton(decoded, places)

@@ -5,6 +5,11 @@ nothing is added to the executors' hot loops: records read are estimated from th
 scan tasks done (the ranges are of nearly equal size), rows written are counted as writer tasks
 finish. A background thread logs one line every ``interval`` seconds: stage, records read, rows
 written, and an ETA for the stage from its elapsed time and the share done.
+
+A stage entered with ``plan_apart`` (the scan) counts the time until its first Spark task runs
+as the stage ``plan``: Spark's planning of the data source read (a Python worker that lists the
+input partitions) takes seconds whatever the backlog's size, so the stage's own time is the part
+that grows with the backlog. A watcher thread polls the status tracker for that first task.
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ class Progress:
         self._stage: str | None = None
         self._group: str | None = None
         self._stage_started = time.monotonic()
+        self._first_task: float | None = None  # when the plan_apart stage's first task ran
         self._total_records = 0
         self.records_read = 0
         self.rows_written = 0
@@ -138,26 +144,68 @@ class Progress:
         if self._thread is not None:
             self._thread.join(timeout=2)
 
-    def stage(self, name: str, *, total_records: int | None = None) -> None:
-        """Enter stage ``name``; Spark jobs started from now on belong to it."""
+    def stage(self, name: str, *, total_records: int | None = None, plan_apart: bool = False) -> None:
+        """Enter stage ``name``; Spark jobs started from now on belong to it. ``plan_apart``: the
+        time until its first task runs is stage ``plan`` (module docstring)."""
         self._end_stage()
         with self._lock:
             self._stage = name
-            self._group = f"applier-catchup-{name}"
+            self._group = group = f"applier-catchup-{name}"
             self._stage_started = time.monotonic()
+            self._first_task = None
             if total_records is not None:
                 self._total_records = total_records
         if self._sc is not None:
-            self._sc.setJobGroup(self._group, f"applier catch-up: {name}")
+            self._sc.setJobGroup(group, f"applier catch-up: {name}")
+            if plan_apart:
+                threading.Thread(
+                    target=self._watch_first_task, args=(group,), name="catchup-first-task", daemon=True
+                ).start()
         self._log.info("stage", stage=name)
 
     def _end_stage(self) -> None:
         with self._lock:
             if self._stage is not None:
-                self.stage_seconds[self._stage] = self.stage_seconds.get(self._stage, 0.0) + (
-                    time.monotonic() - self._stage_started
-                )
+                now = time.monotonic()
+                started = self._stage_started
+                if self._first_task is not None:
+                    self._add_seconds("plan", self._first_task - started)
+                    started = self._first_task
+                self._add_seconds(self._stage, now - started)
                 self._stage = None
+                self._first_task = None
+
+    def _add_seconds(self, stage: str, seconds: float) -> None:
+        self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
+
+    def _watch_first_task(self, group: str) -> None:
+        """Note when the first task of ``group``'s jobs runs (every 50 ms, until the stage ends)."""
+        while not self._stop.is_set():
+            with self._lock:
+                if self._stage is None or self._group != group:
+                    return
+            try:
+                begun = self._tasks_begun(group)
+            except Exception:  # the context may be stopping; the split is best effort
+                return
+            if begun:
+                with self._lock:
+                    if self._stage is not None and self._group == group:
+                        self._first_task = time.monotonic()
+                return
+            self._stop.wait(0.05)
+
+    def _tasks_begun(self, group: str) -> bool:
+        """Has any task of ``group``'s jobs started (running, done or failed)?"""
+        assert self._sc is not None
+        tracker = self._sc.statusTracker()
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else ():
+                info = tracker.getStageInfo(stage_id)
+                if info is not None and info.numActiveTasks + info.numCompletedTasks + info.numFailedTasks:
+                    return True
+        return False
 
     def fraction(self) -> float | None:
         """Share of the current stage's Spark tasks that are done (None before any job started)."""
