@@ -36,6 +36,7 @@ import pymysql
 from applier.apply.ddl import DDLExecutor
 from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
+from applier.catchup.class_archive import ClassArchive, class_archive
 from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
 from applier.catchup.replay import Skeleton, replay_skeleton
@@ -141,6 +142,7 @@ class CatchupJob:
         self.dialect: Dialect | None = None
         self.ddl_executor: DDLExecutor | None = None
         self._session_thread: threading.Thread | None = None
+        self._archive: ClassArchive | None = None
         self._session_error: BaseException | None = None
 
     # -- downstream helpers --------------------------------------------------------------------
@@ -179,7 +181,12 @@ class CatchupJob:
         started = time.monotonic()
         source: OffsetSource | None = self._offsets
         own_source = source is None
+        archive = None
         if self._spark is None:
+            archive = self._archive = class_archive(self.cfg.catchup_class_archive)
+            if archive is not None:
+                action = "read" if archive.part is None else "written when the job ends"
+                self.log.info("JVM class archive", path=str(archive.path), action=action)
             # The JVM takes seconds to start: let it while the downstream and Kafka are planned.
             self._session_thread = threading.Thread(target=self._build_session, daemon=True)
             self._session_thread.start()
@@ -200,13 +207,15 @@ class CatchupJob:
         self.summary.seconds = time.monotonic() - started
         for line in self.summary.lines():
             self.log.info(line)
+        if archive is not None and self._spark is not None:
+            archive.finish(self._spark)  # written by the JVM as it exits, when this run writes it
         return self.summary
 
     def _build_session(self) -> None:
         from applier.catchup.session import build_session
 
         try:
-            self._spark = build_session(self.cfg.spark_master, self.cfg.spark_conf)
+            self._spark = build_session(self.cfg.spark_master, self.cfg.spark_conf, archive=self._archive)
         except BaseException as exc:  # reported by _session() in the main thread
             self._session_error = exc
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from applier.catchup.class_archive import ClassArchive
 from applier.catchup.source import OpenProtocolSource
 
 DEFAULT_MASTER = "local[*]"
@@ -47,9 +48,13 @@ _DEFAULTS = {
 
 
 def build_session(
-    master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, app_name: str = "applier-catchup"
+    master: str = DEFAULT_MASTER,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "applier-catchup",
+    archive: ClassArchive | None = None,
 ) -> SparkSession:
-    """A (new or the active) SparkSession with the catch-up's data source registered."""
+    """A (new or the active) SparkSession with the catch-up's data source registered; ``archive``:
+    the driver JVM reads or writes that class-data archive (``applier.catchup.class_archive``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -62,6 +67,8 @@ def build_session(
     if master.startswith("local"):
         settings.update(_LOCAL_DEFAULTS)
     settings.update(conf)
+    if archive is not None:
+        settings = archive.with_options(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -485,6 +485,13 @@ SETTINGS: tuple[Setting, ...] = (
         commands=("catchup",),
     ),
     Setting(
+        "catchup_class_archive",
+        "directory of the Spark driver JVM's class-data archive, which about halves the JVM's start "
+        "(about 170 MB, written by the first catch-up; default: ~/.cache/ticdc-applier; off: none)",
+        default=None,
+        commands=("catchup",),
+    ),
+    Setting(
         "catchup_parallelism",
         "writer tasks per epoch, each with its own database connection "
         "(default: Spark's default parallelism)",

@@ -126,6 +126,18 @@ def run_catchup_here(cf: Changefeed, from_ts: int, *more: str):
     return CatchupJob(cfg, spark=spark_session(), progress_interval=2.0).run()
 
 
+@functools.cache
+def class_archive_directory() -> str:
+    """The JVM class archive directory of this test process's catch-up processes: the first one
+    writes the archive, the others read it, and nothing is left in the user's cache."""
+    import atexit
+    import shutil
+
+    path = tempfile.mkdtemp(prefix="applier-class-archive-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def start_catchup_process(
     cf: Changefeed, from_ts: int, *more: str, start_new_session: bool = False, master: str = "local[2]"
 ) -> subprocess.Popen:
@@ -133,7 +145,10 @@ def start_catchup_process(
 
     ``start_new_session``: the process (and the Spark JVM it starts) get their own process group,
     so a test can kill both with one ``os.killpg``. ``master``: a ``spark://`` URL runs the job on
-    that cluster (the driver then binds to 127.0.0.1, where the test cluster's executors are)."""
+    that cluster (the driver then binds to 127.0.0.1, where the test cluster's executors are).
+    The JVM class archive is :func:`class_archive_directory`'s unless ``more`` names another."""
+    if "--catchup-class-archive" not in more:
+        more = (*more, "--catchup-class-archive", class_archive_directory())
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIER_")}
     if master.startswith("spark://"):
         env["SPARK_LOCAL_IP"] = "127.0.0.1"

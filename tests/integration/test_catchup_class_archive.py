@@ -1,0 +1,54 @@
+"""The JVM class archive of ``applier catchup`` processes: the first run writes it, the next reads it.
+
+Real processes with their own Spark (local[2]): the archive is only written when the JVM exits,
+which the job makes happen at its end (``applier.catchup.class_archive``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from applier.simulator import StreamConfig, produce_simulation, simulate
+from tests.integration.catchup_support import global_resolved_of, restore_backup, start_catchup_process
+from tests.integration.harness import Changefeed, read_log
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _run(feed: Changefeed, from_ts: int, directory: Path) -> str:
+    proc = start_catchup_process(feed, from_ts, "--catchup-class-archive", str(directory))
+    try:
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = read_log(proc)
+    assert proc.returncode == 0, log[-4000:]
+    return log
+
+
+def test_the_first_catchup_writes_the_class_archive_and_the_next_reads_it(
+    feed: Changefeed, tmp_path: Path
+) -> None:
+    cfg = StreamConfig(seed=41, partitions=2, transactions=80, schema=feed.new_schema())
+    sim = simulate(cfg)
+    x = sim.resolved_points[1]
+    restore_backup(feed, sim, x)
+    produce_simulation(feed.bootstrap, feed.topic, sim)
+    r = global_resolved_of(sim.records)
+
+    first = _run(feed, x, tmp_path)
+    assert "written when the job ends" in first and "JVM class archive written" in first, first[-4000:]
+    archives = list(tmp_path.glob("spark-classes-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 1 << 20
+    assert list(tmp_path.glob("*.part")) == [], "the part file was moved into place"
+    assert feed.compare(sim, r) == []
+    written = archives[0].stat().st_mtime_ns
+
+    second = _run(feed, x, tmp_path)  # nothing left to apply: the checkpoint is at r already
+    assert "action=read" in second and "JVM class archive written" not in second, second[-4000:]
+    assert archives[0].stat().st_mtime_ns == written
+    assert feed.compare(sim, r) == []
