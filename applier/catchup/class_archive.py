@@ -3,8 +3,8 @@
 Why: a catch-up spends seconds before it reads anything, most of them in the JVM loading and
 verifying Spark's classes (on ``benchmarks/catchup.py``'s 2-core machine, 5.6-7.3 s to create the
 SparkSession). The JVM can map the classes a run loaded from an archive instead (class data
-sharing): the session then took 3.0-3.2 s, the catch-up's ``start-up`` 5.7-6.2 s instead of
-9.4 s, and Spark's planning of the read 4.1-4.8 s instead of 5.4 s.
+sharing): the session then took 3.0-3.2 s, the catch-up's ``start-up`` 4.7-6.2 s instead of
+6.4-9.4 s, and Spark's planning of the read 4.0-4.8 s instead of 4.4-5.4 s.
 
 How: the archive is specific to one JVM build and one Spark installation, so its name holds a
 digest of both (:func:`archive_key`). A catch-up that finds it starts the JVM with

@@ -71,4 +71,7 @@ def test_a_live_stream_with_early_writes_converges_through_kills_and_stops(
     assert done.returncode == 0, done.stdout + done.stderr
     assert feed.checkpoint()[0] == sim.final_resolved_ts
     assert feed.compare(sim, sim.final_resolved_ts) == []
+    # The path under test was taken: some window committed rows written early. On a loaded machine
+    # the stopped runs may each end before their first such commit; the last run then makes one.
+    logs.append(done.stdout + done.stderr)
     assert any("early_rows=" in log for log in logs), "no window committed rows written early"
