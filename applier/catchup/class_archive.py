@@ -112,7 +112,13 @@ class ClassArchive:
             with contextlib.suppress(OSError):
                 self.part.unlink()
             return
-        os.replace(self.part, self.path)
+        try:
+            os.replace(self.part, self.path)
+        except OSError as exc:  # the catch-up is done: an archive not put in place only costs time
+            with contextlib.suppress(OSError):
+                self.part.unlink()
+            log.warning("JVM class archive not put in place", path=str(self.path), error=str(exc))
+            return
         for old in self.path.parent.glob("spark-classes-*.jsa"):
             if old != self.path:
                 with contextlib.suppress(OSError):
