@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,31 +198,30 @@ class Progress:
 
     def _tasks_begun(self, group: str) -> bool:
         """Has any task of ``group``'s jobs started (running, done or failed)?"""
+        return any(
+            info.numActiveTasks + info.numCompletedTasks + info.numFailedTasks
+            for info in self._stage_infos(group)
+        )
+
+    def _stage_infos(self, group: str) -> Iterator[Any]:
+        """The status tracker's info of every stage of ``group``'s jobs."""
         assert self._sc is not None
         tracker = self._sc.statusTracker()
         for job_id in tracker.getJobIdsForGroup(group):
             job = tracker.getJobInfo(job_id)
             for stage_id in job.stageIds if job is not None else ():
                 info = tracker.getStageInfo(stage_id)
-                if info is not None and info.numActiveTasks + info.numCompletedTasks + info.numFailedTasks:
-                    return True
-        return False
+                if info is not None:
+                    yield info
 
     def fraction(self) -> float | None:
         """Share of the current stage's Spark tasks that are done (None before any job started)."""
         if self._sc is None or self._group is None:
             return None
-        tracker = self._sc.statusTracker()
         total = done = 0
-        for job_id in tracker.getJobIdsForGroup(self._group):
-            job = tracker.getJobInfo(job_id)
-            if job is None:
-                continue
-            for stage_id in job.stageIds:
-                info = tracker.getStageInfo(stage_id)
-                if info is not None:
-                    total += info.numTasks
-                    done += info.numCompletedTasks
+        for info in self._stage_infos(self._group):
+            total += info.numTasks
+            done += info.numCompletedTasks
         return None if total == 0 else done / total
 
     def _run(self) -> None:
