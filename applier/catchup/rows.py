@@ -229,12 +229,18 @@ def rebuild_writer_events(
     """((schema, table), RowEvent) of the writer rows pickled in ``blobs`` (ROWS rows' ``img``). A
     new image comes back as a :class:`CompactImage` of its layout and values, which planning reads
     directly."""
-    kinds = ROW_KINDS
     for blob in blobs:
-        for ts, _prio, part, off, idx, scm, tbl, op, _kn, _kv, shape, vals, old, _lo in pickle.loads(blob):
-            new = None if shape is None else CompactImage(shape, vals)
-            pos = position(topic, part, off, idx, places)
-            yield (scm, tbl), RowEvent(ts, scm, tbl, kinds[op], new, old, None, pos, None, vals)
+        for row in pickle.loads(blob):
+            yield (row[5], row[6]), writer_event(row, topic, places)
+
+
+def writer_event(row: tuple[Any, ...], topic: str, places: Places | None = None) -> RowEvent:
+    """The :class:`RowEvent` of one writer row (:data:`WRITER_ROW`), its new image a
+    :class:`CompactImage` of its layout and values."""
+    ts, _prio, part, off, idx, scm, tbl, op, _kn, _kv, shape, vals, old, _lo = row
+    new = None if shape is None else CompactImage(shape, vals)
+    pos = position(topic, part, off, idx, places)
+    return RowEvent(ts, scm, tbl, ROW_KINDS[op], new, old, None, pos, None, vals)
 
 
 def straddling_rows(batch: pa.RecordBatch | pa.Table, uppers: Sequence[int]) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pyarrow as pa
 import pytest
 
@@ -13,14 +15,15 @@ from applier.catchup.rows import (
     WRITER_ROW,
     rebuild_row_events,
     unbundle,
+    writer_event,
     writer_rows,
 )
-from applier.catchup.writer import plan_keyed_events
+from applier.catchup.writer import WriteSpec, _plan_group, plan_final_rows, plan_keyed_events
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import Position, RowEvent, RowKind
 from applier.simulator import StreamConfig, simulate
 from applier.stream.window import is_keyless
-from sqlgen import plan_window
+from sqlgen import Dialect, plan_table, plan_window
 from tests.builders import id_val_image, position, row_event
 
 HK = 0x02 | 0x08
@@ -198,6 +201,66 @@ def test_plans_through_arrow_equal_the_daemons_plans(seed: int, collapse: bool) 
     assert set(mine) == set(theirs)
     for tid, tp in theirs.items():
         assert _final(mine[tid]) == _final(tp), tid
+    # The writers' own planning (one row per key planned as it is, else as events): the same plans.
+    blobs = keyed["img"].to_pylist()
+    grouped = {(tp.schema, tp.table): tp for tp in _plan_group(blobs, _SPEC)}
+    assert grouped == mine
+    # Each table's rows cut to one per key (the last of each; the readers' share usually is): the
+    # short way plans them, exactly as the events' way does.
+    unique: dict = {}
+    for row in writer_rows(keyed):
+        unique.setdefault((row[5], row[6]), {})[row[9]] = row
+    for (schema, table), by_key in unique.items():
+        cut = list(by_key.values())
+        fast = plan_final_rows(schema, table, cut)
+        assert fast is not None, (schema, table)
+        assert [fast] == plan_keyed_events({(schema, table): [writer_event(r, "x") for r in cut]})
+
+
+_SPEC = WriteSpec(downstream=None, dialect=Dialect("mariadb"), topic="x", epoch=1, lower=0, upper=1 << 62)  # type: ignore[arg-type]
+
+
+def _writer_row(ts: int, key: int, value: str | None, *, table: str = "t") -> tuple:
+    """A writer row of s.``table`` (id INT PK, val VARCHAR, gen INT GENERATED); ``value`` None: a delete."""
+    from applier.codec.events import ImageShape
+
+    if value is None:
+        old = {"id": {"t": 3, "f": HK, "v": key}}
+        return (ts, 0, 0, ts, 0, "s", table, int(DEL), ("id",), (key,), None, None, old, ts)
+    shape = ImageShape(("id", "val", "gen"), ((3, HK), (15, 0), (3, 0x04)))
+    return (ts, 1, 0, ts, 0, "s", table, int(UPD), ("id",), (key,), shape, (key, value, key * 2), None, ts)
+
+
+def test_rows_of_unique_keys_are_planned_as_they_are_and_equal_the_events_plan() -> None:
+    """One row per key: the plan is built from the rows (key order, generated column left out) and
+    is exactly the one plan_table makes of their events; anything else goes the long way."""
+    w = _writer_row
+    rows = [w(30, 5, "e"), w(20, 2, None), w(10, 9, "i"), w(40, 1, None)]
+    fast = plan_final_rows("s", "t", rows)
+    assert fast == _events_plan(rows)
+    assert fast is not None and [g.keys for g in fast.deletes] == [[(1,), (2,)]]
+    assert [(g.columns, g.rows) for g in fast.upserts] == [(("id", "val"), [(5, "e"), (9, "i")])]
+
+    assert plan_final_rows("s", "t", [*rows, _writer_row(50, 5, "again")]) is None  # two rows of key 5
+    moved = _writer_row(60, 7, "m")
+    moved = (*moved[:8], ("val",), ("m",), *moved[10:])  # keyed by another column list
+    assert plan_final_rows("s", "t", [*rows, moved]) is None
+    lacking = _writer_row(70, 8, None)
+    lacking = (*lacking[:12], {}, *lacking[13:])  # a key change's old image without the key column
+    assert plan_final_rows("s", "t", [*rows, lacking]) is None
+    null = _writer_row(80, 0, "n")
+    null = (*null[:9], (None,), *null[10:])
+    assert plan_final_rows("s", "t", [*rows, null]) is None  # keys that do not compare
+    # The long way gives the same plan for rows it could not plan as they are.
+    twice = [*rows, _writer_row(50, 5, "again")]
+    (grouped,) = _plan_group([pickle.dumps(twice)], _SPEC)
+    assert grouped == _events_plan(twice)
+    assert grouped.upserts[0].columns == ("id", "val") and (5, "again") in grouped.upserts[0].rows
+
+
+def _events_plan(rows: list[tuple]):
+    """plan_table of the events of writer rows of s.t, in commit ts order."""
+    return plan_table("s", "t", sorted((writer_event(r, "x") for r in rows), key=lambda e: e.commit_ts))
 
 
 def _final(tp) -> tuple:
