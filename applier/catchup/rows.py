@@ -13,8 +13,10 @@ One Arrow row per item (:data:`SPARK_SCHEMA`):
   bucket*, as one pickled list of writer rows (:data:`WRITER_ROW`) in ``img``; ``idx`` = the
   bucket, ``off`` = how many rows, ``ts``/``lo`` = their highest commit ts and lowest ``lo``
   (an epoch's writers skip the ROWS rows outside it unread). A row's bucket comes from a CRC of
-  its pickled (schema, table, handle key), the same in every reader, so a key's rows from every
-  reader meet in one bucket, and the writers are partitioned by bucket. A writer row holds an
+  its pickled (schema, table, handle key), or, for a key of one integer column, of the run of
+  1,024 consecutive values it is in (neighbouring keys share a bucket and are written together:
+  ``batch_builder._bucket``), the same in every reader, so a key's rows from every reader meet
+  in one bucket, and the writers are partitioned by bucket. A writer row holds an
   upsert's new image as its layout and a tuple of values (an ``ImageShape``, shared by the
   bucket's rows and so pickled once, as ``CompactImage`` holds it), a delete's handle-key
   columns as a small image;

@@ -310,7 +310,7 @@ def test_writer_rows_of_one_key_share_a_bucket_whatever_reader_wrote_them() -> N
         b.add_record(
             part,
             1,
-            [row_event(INS, 10 + part + i, id_val_image(i, "v"), pos=AT) for i in range(40)],
+            [row_event(INS, 10 + part + i, id_val_image(i * 5000, "v"), pos=AT) for i in range(40)],
             (b"", b""),
         )
     buckets: dict = {}
@@ -325,6 +325,24 @@ def test_writer_rows_of_one_key_share_a_bucket_whatever_reader_wrote_them() -> N
                 buckets.setdefault(r[9], set()).add(idx)
     assert len(buckets) == 40 and all(len(found) == 1 for found in buckets.values())
     assert len({next(iter(found)) for found in buckets.values()}) > 4  # spread over the buckets
+
+
+def test_integer_keys_go_to_buckets_in_runs_of_neighbours_other_keys_one_by_one() -> None:
+    """A key of one integer column is bucketed by its run of 1,024 values (the writers then write
+    stretches of the primary key); text keys are spread key by key."""
+    b = BatchBuilder(lower_ts=0, buckets=64)
+    ints = [row_event(INS, 10, id_val_image(i, "v"), pos=AT) for i in (*range(2048, 2048 + 300), 5000)]
+    texts = [row_event(INS, 10, id_val_image(f"key-{i}", "v"), table="u", pos=AT) for i in range(300)]
+    b.add_record(0, 1, [*ints, *texts], (b"", b""))
+    t = _table(b)
+    rows = t.filter(pa.compute.equal(t["kind"], ROWS))
+    bucket_of: dict = {}
+    for idx, blob in zip(rows["idx"].to_pylist(), rows["img"].to_pylist(), strict=True):
+        for r in writer_rows(pa.table({"kind": [ROWS], "img": [blob]})):
+            bucket_of[(r[6], r[9][0])] = idx
+    assert len({bucket_of[("t", i)] for i in range(2048, 2048 + 300)}) == 1  # one run: one bucket
+    assert bucket_of[("t", 5000)] != bucket_of[("t", 2048)]  # another run (here: another bucket)
+    assert len({bucket_of[("u", f"key-{i}")] for i in range(300)}) > 32
 
 
 def test_straddling_rows_counts_collapsed_rows_whose_ops_lie_in_two_epochs() -> None:
