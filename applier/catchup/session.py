@@ -50,6 +50,9 @@ _DEFAULTS = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "64",
     "spark.sql.shuffle.partitions": "8",
     "spark.python.worker.reuse": "true",
+    # Task workers import PySpark from the installation, not from Spark's zip of its sources
+    # (about 0.6 s of CPU less per task): applier.catchup.spark_worker says why.
+    "spark.python.worker.module": "applier.catchup.spark_worker",
 }
 
 
