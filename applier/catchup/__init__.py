@@ -17,6 +17,7 @@ Modules (pyspark is imported only by ``source``, ``session`` and ``job``, and on
 - :mod:`.replay` — the daemon's listener run over a skeleton of the backlog (keyless replays,
   resume offsets);
 - :mod:`.writer` — executor-side writes with ``sqlgen`` and the daemon's retry rules;
+- :mod:`.spark_worker` — the Spark tasks' Python worker (PySpark imported from the installation);
 - :mod:`.job` — the driver; :mod:`.report` — progress and summary; the CLI is
   :mod:`applier.commands.catchup`.
 
@@ -26,8 +27,9 @@ Rows with ``lower < commit ts <= R`` are applied, ``lower = max(X, checkpoint ts
 smallest over partitions of each partition's last resolved ts in the range read. Each DDL with
 ``lower < D <= R`` splits the window: rows up to D - 1, then the DDL (executed once, on the
 driver, with the daemon's rules), then the rows from D on. Per epoch and table, keyed rows are
-collapsed per handle key by ``sqlgen.plan_table`` (commit ts order, deletes before inserts at
-equal ts) and written as multi-row DELETE + REPLACE; keyless rows are replay-filtered by the
+collapsed per handle key as ``sqlgen.plan_table`` does (commit ts order, deletes before inserts
+at equal ts; a writer's rows already one per key are its final states as they are) and written
+as multi-row DELETE + REPLACE; keyless rows are replay-filtered by the
 daemon's listener and applied in order, not collapsed.
 
 Less data through Spark: collapsing in the readers

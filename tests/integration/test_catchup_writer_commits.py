@@ -22,6 +22,11 @@ from tests.builders import id_val_image, row_event
 _KEY_VALUES = WRITER_ROW.index("key_values")
 
 
+RUN = 1024
+"""Integer keys go to writer buckets by runs of this many values (batch_builder._bucket): the
+tests' keys are this far apart, so that they spread over the buckets."""
+
+
 def _writer_input(schema: str, values: dict[int, str]) -> pa.Table:
     """The ROWS rows a reader writes for inserts of ``values`` (id -> val), sorted by bucket as the
     job hands them to a writer."""
@@ -55,10 +60,12 @@ def test_transactions_run_in_order_and_none_after_a_refused_one(
             f"CREATE TRIGGER `{fresh_db}`.`refuse` BEFORE INSERT ON `{fresh_db}`.`t` FOR EACH ROW "
             "IF NEW.val = 'bad' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF"
         )
-    monkeypatch.setattr(writer, "GROUP_ROWS", 10)  # a group per bucket: about 15 rows each
-    values = {key: "ok" for key in range(1, 61)}
+    # A group per bucket: about 25 rows each (the buckets depend on the database's random name;
+    # fewer than 5 rows in one is a chance of about one in a thousand per bucket).
+    monkeypatch.setattr(writer, "GROUP_ROWS", 5)
+    values = {key * RUN: "ok" for key in range(1, 101)}
     buckets = list(_keys_by_bucket(_writer_input(fresh_db, values)).values())
-    assert len(buckets) == 4 and all(len(keys) >= 10 for keys in buckets)
+    assert len(buckets) == 4 and all(len(keys) >= 5 for keys in buckets)
     bad = buckets[1][0]
     values[bad] = "bad"  # refused by the trigger: the second transaction fails
     started: list[set[int]] = []
@@ -88,7 +95,7 @@ def test_a_writer_writes_every_group(
     with admin.cursor() as cur:
         cur.execute(f"CREATE TABLE `{fresh_db}`.`t` (id INT PRIMARY KEY, val VARCHAR(3))")
     monkeypatch.setattr(writer, "GROUP_ROWS", 10)
-    values = {key: str(key) for key in range(1, 201)}
+    values = {key * RUN: str(key) for key in range(1, 201)}
     spec = WriteSpec(
         DownstreamConfig.from_url(downstream_url), MARIADB, "topic", 1, 0, 1 << 62, commit_rows=7
     )
