@@ -24,6 +24,7 @@ from sqlgen.collapse import (
     plan_window,
     split_phases,
     update_keeps_key,
+    upsert_group,
 )
 from sqlgen.ddl import SCHEMA_DDL_TYPES, SKIP_DDL_TYPES, DDLPlan, plan_ddl, translate_ddl
 from sqlgen.ddl_route import route_ddl
@@ -87,4 +88,5 @@ __all__ = [
     "transient_class",
     "translate_ddl",
     "update_keeps_key",
+    "upsert_group",
 ]

@@ -349,7 +349,7 @@ def _plan_keyed(events: list[RowEvent]) -> TablePlan:
                 continue
             shape = shapes.get(names)
             if shape is None:
-                shape = _shape(new, by_columns, tp.upserts)
+                shape = upsert_group(new, by_columns, tp.upserts)
                 shapes[names] = shape
             ug, keep = shape
             if vals is None:
@@ -380,7 +380,7 @@ def _ts_prio(op: tuple[Any, ...]) -> tuple[int, int]:
     return op[0], op[1]
 
 
-def _shape(
+def upsert_group(
     img: Row, by_columns: dict[tuple[str, ...], UpsertGroup], groups: list[UpsertGroup]
 ) -> tuple[UpsertGroup, list[int] | None]:
     """The upsert group for images with ``img``'s column names, and the indexes of the written

@@ -35,7 +35,7 @@ import pymysql
 
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.rows import writer_event
-from applier.codec.events import FLAG_GENERATED, FLAG_HANDLE_KEY, RowEvent
+from applier.codec.events import FLAG_HANDLE_KEY, CompactImage, RowEvent
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
@@ -51,6 +51,7 @@ from sqlgen import (
     plan_table,
     statement_too_large,
     table_statements,
+    upsert_group,
 )
 
 TableKey = tuple[str, str]
@@ -339,7 +340,8 @@ def plan_final_rows(schema: str, table: str, rows: list[tuple[Any, ...]]) -> Tab
         return None
     tp = TablePlan(schema=schema, table=table, keyed=True, events=len(rows))
     deletes: DeleteGroup | None = None
-    by_columns: dict[tuple[str, ...], tuple[UpsertGroup, list[int] | None]] = {}
+    shapes: dict[tuple[str, ...], tuple[UpsertGroup, list[int] | None]] = {}  # image columns -> group
+    by_columns: dict[tuple[str, ...], UpsertGroup] = {}  # written columns -> group
     for row in rows:
         shape = row[10]
         if shape is None:
@@ -353,18 +355,11 @@ def plan_final_rows(schema: str, table: str, rows: list[tuple[Any, ...]]) -> Tab
             continue
         if shape.key_names != knames:
             return None
-        names = shape.names
-        entry = by_columns.get(names)
-        if entry is None:
-            keep = [i for i, f in enumerate(shape.flags) if not f & FLAG_GENERATED]
-            cols = tuple(names[i] for i in keep)
-            group = next((g for g in tp.upserts if g.columns == cols), None)
-            if group is None:
-                group = UpsertGroup(cols, tuple(shape.types[i] for i in keep))
-                tp.upserts.append(group)
-            entry = by_columns[names] = (group, None if len(keep) == len(names) else keep)
-        group, keep = entry
         values = row[11]
+        entry = shapes.get(shape.names)
+        if entry is None:
+            entry = shapes[shape.names] = upsert_group(CompactImage(shape, values), by_columns, tp.upserts)
+        group, keep = entry
         group.rows.append(values if keep is None else tuple([values[i] for i in keep]))
         group.keys.append(row[9])
     return tp
