@@ -158,14 +158,17 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
         while large is not None and large.busy():
             large.wait(1.0)
             _add_resolved(builder, large, rng.partition)
+        builder.add_stats(rng.partition, tables.skipped if tables is not None else ())
+        # The collapse winners are written out here, with the collector still off: each becomes a
+        # tuple, and with it on, every few hundred of them would re-scan all the winners still held.
+        last = builder.flush(final=True)
     finally:
         consumer.close()
         if large is not None:
             large.close()
         if gc_was_enabled:
             gc.enable()
-    builder.add_stats(rng.partition, tables.skipped if tables is not None else ())
-    yield builder.flush(final=True)
+    yield last
 
 
 def _add_resolved(builder: BatchBuilder, large: LargeMessageQueue, partition: int) -> None:
