@@ -18,6 +18,8 @@ Modules (pyspark is imported only by ``source``, ``session`` and ``job``, and on
   resume offsets);
 - :mod:`.writer` — executor-side writes with ``sqlgen`` and the daemon's retry rules;
 - :mod:`.spark_worker` — the Spark tasks' Python worker (PySpark imported from the installation);
+- :mod:`.spark_home` — the driver JVM's SPARK_HOME: links to the installed PySpark without its
+  zips, so that Spark's planning workers import it compiled too;
 - :mod:`.job` — the driver; :mod:`.report` — progress and summary; the CLI is
   :mod:`applier.commands.catchup`.
 

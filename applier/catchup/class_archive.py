@@ -65,6 +65,14 @@ def default_directory() -> Path:
     return Path(cache) / "ticdc-applier"
 
 
+def cache_directory(setting: str | None) -> Path | None:
+    """The directory the setting ``catchup_class_archive`` names (empty: the default; None: ``off``),
+    where the archive and the JVM's Spark home links (``applier.catchup.spark_home``) live."""
+    if setting is not None and setting.strip().lower() == "off":
+        return None
+    return Path(setting) if setting else default_directory()
+
+
 @dataclass(frozen=True)
 class ClassArchive:
     """The archive of this JVM and Spark: ``path``; ``part``: where this run writes one (none yet)."""
@@ -142,14 +150,14 @@ def _gateway_process(spark: object) -> subprocess.Popen | None:
 def class_archive(setting: str | None) -> ClassArchive | None:
     """The archive to use or write, from the setting (a directory, empty: the default, ``off``);
     None when off, when no ``java`` is found, or when the directory cannot be written."""
-    if setting is not None and setting.strip().lower() == "off":
+    directory = cache_directory(setting)
+    if directory is None:
         return None
     java = java_binary()
     if java is None or not os.path.exists(java):
         return None
     import pyspark
 
-    directory = Path(setting) if setting else default_directory()
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         key = archive_key(java, os.path.dirname(pyspark.__file__), pyspark.__version__)

@@ -28,6 +28,7 @@ import functools
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +54,7 @@ from applier.catchup.rows import (
     unbundle,
 )
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
+from applier.catchup.spark_home import spark_home_links
 from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
 from applier.codec.events import DDLEvent, RowEvent
 from applier.downstream.lock import ActiveLock
@@ -143,6 +145,7 @@ class CatchupJob:
         self.ddl_executor: DDLExecutor | None = None
         self._session_thread: threading.Thread | None = None
         self._archive: ClassArchive | None = None
+        self._spark_home: Path | None = None
         self._session_error: BaseException | None = None
 
     # -- downstream helpers --------------------------------------------------------------------
@@ -184,6 +187,7 @@ class CatchupJob:
         archive = None
         if self._spark is None:
             archive = self._archive = class_archive(self.cfg.catchup_class_archive)
+            self._spark_home = spark_home_links(self.cfg.catchup_class_archive)
             if archive is not None:
                 action = "read" if archive.part is None else "written when the job ends"
                 self.log.info("JVM class archive", path=str(archive.path), action=action)
@@ -215,7 +219,9 @@ class CatchupJob:
         from applier.catchup.session import build_session
 
         try:
-            self._spark = build_session(self.cfg.spark_master, self.cfg.spark_conf, archive=self._archive)
+            self._spark = build_session(
+                self.cfg.spark_master, self.cfg.spark_conf, archive=self._archive, spark_home=self._spark_home
+            )
         except BaseException as exc:  # reported by _session() in the main thread
             self._session_error = exc
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from applier.catchup.class_archive import ClassArchive
 from applier.catchup.source import OpenProtocolSource
+from applier.catchup.spark_home import launched_from
 
 DEFAULT_MASTER = "local[*]"
 _LOCAL_DEFAULTS = {
@@ -61,9 +63,11 @@ def build_session(
     conf: Mapping[str, str] | None = None,
     app_name: str = "applier-catchup",
     archive: ClassArchive | None = None,
+    spark_home: Path | None = None,
 ) -> SparkSession:
     """A (new or the active) SparkSession with the catch-up's data source registered; ``archive``:
-    the driver JVM reads or writes that class-data archive (``applier.catchup.class_archive``)."""
+    the driver JVM reads or writes that class-data archive (``applier.catchup.class_archive``);
+    ``spark_home``: the JVM is launched from those links (``applier.catchup.spark_home``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -80,7 +84,8 @@ def build_session(
         settings = archive.with_options(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with launched_from(spark_home):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

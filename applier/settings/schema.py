@@ -487,7 +487,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "catchup_class_archive",
         "directory of the Spark driver JVM's class-data archive, which about halves the JVM's start "
-        "(about 170 MB, written by the first catch-up; default: ~/.cache/ticdc-applier; off: none)",
+        "(about 170 MB, written by the first catch-up), and of the Spark home links its Python "
+        "workers import PySpark through (default: ~/.cache/ticdc-applier; off: neither)",
         default=None,
         commands=("catchup",),
     ),

@@ -28,6 +28,7 @@ def spark_session() -> Any:
     import atexit
 
     from applier.catchup.session import build_session
+    from applier.catchup.spark_home import spark_home_links
 
     # Forked workers (the daemon): this session runs hundreds of tiny jobs, where starting an
     # interpreter per task (the command's local default) would double the tests' time. The
@@ -37,7 +38,9 @@ def spark_session() -> Any:
         "spark.sql.shuffle.partitions": "4",
         "spark.python.use.daemon": "true",
     }
-    spark = build_session("local[2]", conf)
+    # Launched as a catch-up launches it: from the Spark home links (their directory, removed at
+    # exit, is made before the stop is registered, so it is removed after the JVM stopped).
+    spark = build_session("local[2]", conf, spark_home=spark_home_links(class_archive_directory()))
     atexit.register(spark.stop)
     return spark
 
