@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-
-import sqlglot
-from sqlglot import exp
+from typing import TYPE_CHECKING
 
 from applier.codec.events import DDLEvent
 from sqlgen.ddl import SCHEMA_DDL_TYPES
 from sqlgen.quoting import quote_ident, quote_table
 from sqlgen.route import Router
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, Token, tokenize
+
+if TYPE_CHECKING:  # imported where a DDL is routed: every process that decodes imports this module
+    from sqlglot import exp
 
 Edit = tuple[int, int, str]
 """Replace ``query[start:end]`` by the text."""
@@ -102,7 +103,14 @@ logging.getLogger("sqlglot").addFilter(_NoCommandFallbackWarning())
 
 def sqlglot_edits(query: str, schema: str, router: Router) -> list[Edit] | None:
     """The name edits sqlglot's tree gives, or None when the statement does not parse (or a name's
-    position is not known exactly): then the fallback decides."""
+    position is not known exactly): then the fallback decides.
+
+    sqlglot is imported here, on the first DDL routed, not with the module: ``sqlgen`` is imported
+    by every process that decodes (the catch-up's Spark workers among them), and sqlglot's import
+    took 65-90 ms of each one's start."""
+    import sqlglot
+    from sqlglot import exp
+
     try:
         trees = [t for t in sqlglot.parse(query, read="mysql") if t is not None]
     except Exception:  # sqlglot's errors have no common root worth naming here
@@ -159,6 +167,8 @@ def sqlglot_edits(query: str, schema: str, router: Router) -> list[Edit] | None:
 
 def _span(query: str, ident: exp.Expression | None) -> tuple[int, int] | None:
     """[start, end) of an identifier in ``query``, checked against its name; None if unknown."""
+    from sqlglot import exp
+
     if not isinstance(ident, exp.Identifier):
         return None
     start, end = ident.meta.get("start"), ident.meta.get("end")
