@@ -433,19 +433,13 @@ class CatchupJob:
 
         The schema is given, not asked of the source: asking starts a Python worker in the
         driver's JVM just to answer it (about a second in local mode, where workers are not
-        forked from a daemon).
-
-        With at least two waves of ranges for the executors' cores, a task reads two ranges in
-        turn (``offsets.task_groups``): half the waves, each of which cost about a second of
-        worker start and hand-over; the progress then moves in steps of two ranges."""
+        forked from a daemon)."""
         from pyspark import StorageLevel
 
-        cores = self._spark.sparkContext.defaultParallelism
-        per_task = 2 if len(ranges) >= 2 * cores else 1
         return (
             self._spark.read.format(SOURCE_NAME)
             .schema(SPARK_SCHEMA)
-            .options(**source_options(spec, ranges, per_task))
+            .options(**source_options(spec, ranges))
             .load()
             .persist(StorageLevel.MEMORY_AND_DISK)
         )

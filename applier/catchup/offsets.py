@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -104,29 +104,6 @@ def split_ranges(
             out.append(OffsetRange(p, s, e, *where))
             s = e
     return out
-
-
-def task_groups(ranges: Sequence[OffsetRange], per_task: int) -> list[tuple[OffsetRange, ...]]:
-    """The ranges one reading task reads, one after another: ``per_task`` of them (the last group
-    may hold fewer), the largest range with the smallest, the second largest with the second
-    smallest, and so on, so that the groups' sizes come out even. Deterministic: a retried task
-    re-reads exactly the same ranges.
-
-    Why group: each task costs a fresh Python worker (its imports) and a pause while Spark takes
-    over its output before the next task of the slot starts, together about a second on a 2-core
-    machine, paid once per wave of tasks. A task reading two ranges in turn (each with its own
-    batch builder, so no more memory) halves the waves."""
-    if per_task < 1:
-        raise ValueError("per_task must be at least 1")
-    if per_task == 1:
-        return [(r,) for r in ranges]
-    order = sorted(ranges, key=lambda r: (-r.size, r.partition, r.start))
-    count = -(-len(order) // per_task)
-    groups: list[list[OffsetRange]] = [[] for _ in range(count)]
-    for i, rng in enumerate(order):
-        turn, pos = divmod(i, count)
-        groups[pos if turn % 2 == 0 else count - 1 - pos].append(rng)  # back and forth
-    return [tuple(sorted(g, key=lambda r: (r.partition, r.start))) for g in groups]
 
 
 class OffsetSource(Protocol):
