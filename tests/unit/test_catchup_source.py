@@ -1,4 +1,4 @@
-"""applier.catchup.source: a reading task's use of the cyclic garbage collector."""
+"""applier.catchup.source: what a reading task spends besides reading (the collector, its imports)."""
 
 from __future__ import annotations
 
