@@ -60,7 +60,7 @@ def spark_home_links(setting: str | None, installed: Path | None = None) -> Path
 
     digest = hashlib.sha256(f"{home}|{pyspark.__version__}".encode()).hexdigest()[:16]
     links = directory / f"spark-home-{digest}"
-    if (links / "bin").resolve() == home / "bin":
+    if _in_place(links, home):
         return links
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -75,8 +75,13 @@ def spark_home_links(setting: str | None, installed: Path | None = None) -> Path
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
         # Another catch-up may have put the same links in place meanwhile.
-        return links if (links / "bin").resolve() == home / "bin" else None
+        return links if _in_place(links, home) else None
     return links
+
+
+def _in_place(links: Path, home: Path) -> bool:
+    """Whether ``links`` are already there, for ``home`` (checked by the launcher's directory)."""
+    return (links / "bin").resolve() == home / "bin"
 
 
 @contextlib.contextmanager
