@@ -310,7 +310,10 @@ cdef class BatchBuilder:
                 self._emit(ts, prio, part, off, i, scm, tbl, kind, key, new, old, lo)
         self._best = {}
         self._best_keys = 0
+        # Forget the last group's dict too: it would keep its winners alive (all of them, for a
+        # range of one table) after they were written out, until the builder itself goes.
         self._last_group = None
+        self._last_best = None
 
     def add_stats(self, partition, filtered=()):
         """The range's counters row (kind STATS): ``off`` = records read, ``ts`` = row events,
