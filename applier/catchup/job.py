@@ -39,7 +39,14 @@ from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.class_archive import ClassArchive, class_archive
 from applier.catchup.epochs import Epoch, epoch_of, plan_window
-from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads, split_ranges
+from applier.catchup.offsets import (
+    KafkaOffsets,
+    OffsetSource,
+    ReadPlan,
+    plan_reads,
+    ranges_per_task,
+    split_ranges,
+)
 from applier.catchup.replay import Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
 from applier.catchup.rows import (
@@ -433,13 +440,16 @@ class CatchupJob:
 
         The schema is given, not asked of the source: asking starts a Python worker in the
         driver's JVM just to answer it (about a second in local mode, where workers are not
-        forked from a daemon)."""
+        forked from a daemon).
+
+        A task may read two ranges in turn (``offsets.ranges_per_task`` says when and why)."""
         from pyspark import StorageLevel
 
+        per_task = ranges_per_task(len(ranges), self._spark.sparkContext.defaultParallelism)
         return (
             self._spark.read.format(SOURCE_NAME)
             .schema(SPARK_SCHEMA)
-            .options(**source_options(spec, ranges))
+            .options(**source_options(spec, ranges, per_task))
             .load()
             .persist(StorageLevel.MEMORY_AND_DISK)
         )

@@ -1,18 +1,20 @@
 """A PySpark Python Data Source that reads Kafka offset ranges and decodes them with the project's codec.
 
 No JVM Kafka connector is involved (none can be downloaded where this runs, and the daemon's
-decoder must be the one used): each input partition is one :class:`~applier.catchup.offsets.OffsetRange`,
-read by confluent-kafka inside the executor's Python worker with ``assign()`` (never a consumer
-group), decoded record by record with :func:`decode_record` and returned as Arrow record batches
-(:mod:`applier.catchup.rows`). The ranges are fixed by the driver before the job starts, so a
-retried task re-reads exactly the same records.
+decoder must be the one used): each input partition is one or a few
+:class:`~applier.catchup.offsets.OffsetRange` s (``ranges_per_task``,
+:func:`~applier.catchup.offsets.task_groups`), each read in turn by confluent-kafka inside the
+executor's Python worker with ``assign()`` (never a consumer group), decoded record by record with
+:func:`decode_record` and returned as Arrow record batches (:mod:`applier.catchup.rows`). The
+ranges are fixed by the driver before the job starts, so a retried task re-reads exactly the
+same records.
 
 Options (strings, as Spark passes them): ``bootstrap``, ``topic``, ``group_id``, ``ranges`` (JSON
 list of ``[partition, start, end]``, with several topics ``[slot, start, end, topic, partition]``:
 the task reads that topic and partition and names the rows' partition by the slot, which is what
 the driver keys partitions by), ``lower_ts``, ``legacy_base64_strings``, ``compression``,
 ``reserved_schemas`` (JSON list, see :mod:`sqlgen.ddl_guard`), ``filter`` (JSON list of the
-table-filter rules, see :mod:`applier.stream.table_filter`),
+table-filter rules, see :mod:`applier.stream.table_filter`), ``ranges_per_task``,
 ``batch_rows``, ``collapse_upto`` (keep only the last op per handle key among the ops at or below
 this ts a task reads; empty: keep every op), ``buckets`` (writer buckets, :mod:`applier.catchup.rows`),
 ``secret.kafka_config`` (JSON of librdkafka settings; the ``secret`` prefix
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from applier.catchup.offsets import OffsetRange
+from applier.catchup.offsets import OffsetRange, task_groups
 from applier.catchup.rows import SPARK_SCHEMA
 from applier.codec.decoder import DecoderOptions, decode_record
 from applier.errors import fatal_in_task
@@ -81,11 +83,12 @@ class ReadSpec:
 
 
 class RangePartition(InputPartition):
-    """One Spark input partition: one :class:`OffsetRange`."""
+    """One Spark input partition: the :class:`OffsetRange` s one task reads in turn
+    (:func:`~applier.catchup.offsets.task_groups`)."""
 
-    def __init__(self, rng: OffsetRange) -> None:
-        super().__init__(rng)
-        self.range = rng
+    def __init__(self, ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
 
 
 def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -205,14 +208,16 @@ class _Reader(DataSourceReader):
             OffsetRange(int(p), int(s), int(e), *([str(r[0]), int(r[1])] if r else []))
             for p, s, e, *r in json.loads(options["ranges"])
         ]
+        self.per_task = int(options.get("ranges_per_task", "1"))
 
     def partitions(self) -> list[InputPartition]:
-        return [RangePartition(r) for r in self.ranges]
+        return [RangePartition(group) for group in task_groups(self.ranges, self.per_task)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         with fatal_in_task():
-            yield from read_range(self.spec, partition.range)
+            for rng in partition.ranges:  # each with a builder of its own (read_range)
+                yield from read_range(self.spec, rng)
 
 
 class OpenProtocolSource(DataSource):
@@ -229,8 +234,9 @@ class OpenProtocolSource(DataSource):
         return _Reader(self.options)
 
 
-def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
-    """The options that make the source read ``ranges`` as ``spec`` says."""
+def source_options(spec: ReadSpec, ranges: list[OffsetRange], per_task: int = 1) -> dict[str, str]:
+    """The options that make the source read ``ranges`` as ``spec`` says, ``per_task`` of them a
+    task (:func:`~applier.catchup.offsets.task_groups`)."""
     return {
         "bootstrap": spec.bootstrap,
         "topic": spec.topic,
@@ -244,6 +250,7 @@ def source_options(spec: ReadSpec, ranges: list[OffsetRange]) -> dict[str, str]:
         "batch_rows": str(spec.batch_rows),
         "collapse_upto": "" if spec.collapse_upto is None else str(spec.collapse_upto),
         "buckets": str(spec.buckets),
+        "ranges_per_task": str(per_task),
         "secret.kafka_config": json.dumps(dict(spec.kafka_config)),
         "secret.large_messages": base64.b64encode(pickle.dumps(spec.large)).decode() if spec.large else "",
     }

@@ -14,7 +14,9 @@ from applier.catchup.offsets import (
     StartSpec,
     choose_starts,
     plan_reads,
+    ranges_per_task,
     split_ranges,
+    task_groups,
 )
 from applier.kafka.topics import TopicSet, TopicSlots
 
@@ -236,3 +238,28 @@ def test_ranges_of_several_topics_carry_their_topic_and_partition() -> None:
     ]
     assert ranges[2].where("cdc,cdc_s_a") == ("cdc_s_a", 0)
     assert OffsetRange(2, 0, 1).where("cdc") == ("cdc", 2)
+
+
+def test_task_groups_pair_large_ranges_with_small_ones() -> None:
+    sizes = [500, 10, 300, 200, 50]
+    ranges = [OffsetRange(p, 0, n) for p, n in enumerate(sizes)]
+    groups = task_groups(ranges, 2)
+    assert [[r.partition for r in g] for g in groups] == [[0], [1, 2], [3, 4]]
+    assert sorted(r.partition for g in groups for r in g) == list(range(5))  # each range read once
+    assert task_groups(ranges, 2) == groups  # a retried task reads the same ranges
+
+
+def test_task_groups_of_even_ranges_are_even_and_one_per_task_is_the_list() -> None:
+    ranges = [OffsetRange(p, s, s + 100) for p in range(3) for s in (0, 100, 200, 300)]
+    groups = task_groups(ranges, 2)
+    assert len(groups) == 6 and {sum(r.size for r in g) for g in groups} == {200}
+    assert task_groups(ranges, 1) == [(r,) for r in ranges]
+    assert task_groups([], 2) == []
+    with pytest.raises(ValueError):
+        task_groups(ranges, 0)
+
+
+def test_two_ranges_a_task_only_when_that_makes_one_wave_of_two() -> None:
+    assert [ranges_per_task(n, 2) for n in range(1, 10)] == [1, 1, 2, 2, 1, 1, 1, 1, 1]
+    assert ranges_per_task(4, 4) == 1 and ranges_per_task(5, 4) == 2 and ranges_per_task(8, 4) == 2
+    assert ranges_per_task(9, 4) == 1  # several waves either way: the larger blocks would cost memory
