@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +57,15 @@ from applier.catchup.rows import (
     ROWS,
     SPARK_SCHEMA,
     STATS,
-    straddling_rows,
     unbundle,
 )
 from applier.catchup.source import SOURCE_NAME, ReadSpec, source_options
 from applier.catchup.spark_home import spark_home_links
-from applier.catchup.writer import WriteSpec, WriteStats, write_keyed, write_keyless
+from applier.catchup.tasks import WRITE_STATS_SCHEMA, keyed_task, keyless_task, straddling_task
+from applier.catchup.writer import WriteSpec, WriteStats
 from applier.codec.events import DDLEvent, RowEvent
 from applier.downstream.lock import ActiveLock
-from applier.errors import FatalError, fatal_in_task, task_error_line
+from applier.errors import FatalError, task_error_line
 from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.reader import base_consumer_config
 from applier.large_messages.settings import LargeMessageSettings
@@ -86,36 +86,6 @@ WRITER_BUCKETS = 256
 
 class CatchupError(FatalError, RuntimeError):
     """The catch-up cannot proceed; the message says why (no traceback for the operator)."""
-
-
-# What a writer task returns to the driver: its WriteStats as one Arrow row (the fields, in order).
-_STATS_TYPES = {"int": (pa.int64(), "long"), "float": (pa.float64(), "double")}
-_STATS_FIELDS = [(f.name, _STATS_TYPES[str(f.type)]) for f in dataclasses.fields(WriteStats)]
-_STATS_ARROW = pa.schema([(name, arrow) for name, (arrow, _spark) in _STATS_FIELDS])
-WRITE_STATS_SCHEMA = ", ".join(f"{name} {spark}" for name, (_arrow, spark) in _STATS_FIELDS)
-
-
-def _stats_batch(stats: WriteStats) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({n: [getattr(stats, n)] for n, _ in _STATS_FIELDS}, schema=_STATS_ARROW)
-
-
-def _keyed_task(batches: Iterator[pa.RecordBatch], spec: WriteSpec) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body of the keyed writers (module level, so Spark pickles it by reference)."""
-    with fatal_in_task():
-        stats = write_keyed(batches, spec)
-    yield _stats_batch(stats)
-
-
-def _straddling_task(batches: Iterator[pa.RecordBatch], uppers: list[int]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body of the check after the scan: writer rows standing for ops of two epochs."""
-    with fatal_in_task():
-        count = sum(straddling_rows(batch, uppers) for batch in batches)
-    yield pa.RecordBatch.from_pydict({"rows": [count]}, schema=pa.schema([("rows", pa.int64())]))
-
-
-def _keyless_task(tp: TablePlan, spec: WriteSpec) -> WriteStats:
-    with fatal_in_task():
-        return write_keyless(tp, spec)
 
 
 class CatchupJob:
@@ -422,7 +392,7 @@ class CatchupJob:
 
         uppers = [e.upper for e in epochs[:-1]]
         counts = decoded.filter(F.col("kind") == F.lit(ROWS)).mapInArrow(
-            functools.partial(_straddling_task, uppers=uppers), "rows long"
+            functools.partial(straddling_task, uppers=uppers), "rows long"
         )
         straddling = sum(row.rows for row in _spark_call(counts.collect))
         if not straddling:
@@ -524,7 +494,7 @@ class CatchupJob:
             )
             .repartitionByRange(parts, "idx")
             .sortWithinPartitions("idx")
-            .mapInArrow(functools.partial(_keyed_task, spec=spec), WRITE_STATS_SCHEMA)
+            .mapInArrow(functools.partial(keyed_task, spec=spec), WRITE_STATS_SCHEMA)
         )
         totals = WriteStats()
         for row in _spark_call(rows.collect):
@@ -532,7 +502,7 @@ class CatchupJob:
         progress.rows_written += totals.rows
         if keyless_plans:
             plans = list(keyless_plans.values())
-            task = functools.partial(_keyless_task, spec=spec)
+            task = functools.partial(keyless_task, spec=spec)
             results = _spark_call(
                 lambda: spark.sparkContext.parallelize(plans, min(len(plans), parallel)).map(task).collect()
             )
