@@ -110,13 +110,13 @@ def ranges_per_task(ranges: int, cores: int) -> int:
     """How many of the ``ranges`` one reading task reads (:func:`task_groups`): two when that
     makes the scan one wave of tasks instead of two, else one.
 
-    Each wave of reading tasks costs about a second on a 2-core machine (fresh Python workers,
-    their imports, Spark taking over each task's output before the slot's next task starts), so
-    a small backlog read in two waves spends a tenth of its scan there. Not for larger backlogs:
-    the JVM builds a task's cached block whole before storing it, and blocks twice as large,
-    several waves over, raised the catch-up's peak memory by a fifth at ten million events; with
-    at most two ranges per core in all, the blocks held at once are no more than with one range
-    a task."""
+    Each wave of reading tasks costs time beside the reading (fresh Python workers and their
+    imports, Spark taking over each task's output before the slot's next task starts): read in one
+    wave, the 2M-event benchmark's scan took 10.7-11.0 s instead of 11.1-11.9 s on 2 cores. Not for
+    larger backlogs: the JVM builds a task's cached block whole before storing it, and blocks twice
+    as large, several waves over, raised the catch-up's peak memory by up to a quarter at ten
+    million events; with at most two ranges per core in all, the blocks held at once are no more
+    than with one range a task."""
     return 2 if cores < ranges <= 2 * cores else 1
 
 
@@ -129,7 +129,7 @@ def task_groups(ranges: Sequence[OffsetRange], per_task: int) -> list[tuple[Offs
     Why group: each task costs a fresh Python worker (its imports) and a pause while Spark takes
     over its output before the next task of the slot starts, together about a second on a 2-core
     machine, paid once per wave of tasks. A task reading two ranges in turn (each with its own
-    batch builder, so no more memory) halves the waves."""
+    batch builder: its worker holds no more than for one range) halves the waves."""
     if per_task < 1:
         raise ValueError("per_task must be at least 1")
     if per_task == 1:
