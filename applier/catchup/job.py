@@ -415,7 +415,8 @@ class CatchupJob:
         A task may read two ranges in turn (``offsets.ranges_per_task`` says when and why)."""
         from pyspark import StorageLevel
 
-        per_task = ranges_per_task(len(ranges), self._spark.sparkContext.defaultParallelism)
+        cores = self._spark.sparkContext.defaultParallelism
+        per_task = ranges_per_task(ranges, cores, int(self.cfg.catchup_split_records))
         return (
             self._spark.read.format(SOURCE_NAME)
             .schema(SPARK_SCHEMA)

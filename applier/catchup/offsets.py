@@ -106,18 +106,23 @@ def split_ranges(
     return out
 
 
-def ranges_per_task(ranges: int, cores: int) -> int:
-    """How many of the ``ranges`` one reading task reads (:func:`task_groups`): two when that
-    makes the scan one wave of tasks instead of two, else one.
+def ranges_per_task(ranges: Sequence[OffsetRange], cores: int, max_records: int) -> int:
+    """How many of ``ranges`` one reading task reads (:func:`task_groups`): two when that makes
+    the scan one wave of tasks instead of two and no task then reads more than ``max_records``
+    records (the most one range holds, ``catchup_split_records``), else one.
 
     Each wave of reading tasks costs time beside the reading (fresh Python workers and their
     imports, Spark taking over each task's output before the slot's next task starts): read in one
-    wave, the 2M-event benchmark's scan took 10.7-11.0 s instead of 11.1-11.9 s on 2 cores. Not for
-    larger backlogs: the JVM builds a task's cached block whole before storing it, and blocks twice
-    as large, several waves over, raised the catch-up's peak memory by up to a quarter at ten
-    million events; with at most two ranges per core in all, the blocks held at once are no more
-    than with one range a task."""
-    return 2 if cores < ranges <= 2 * cores else 1
+    wave, the 2M-event benchmark's scan (4 ranges of 32K records, 2 cores) took 10.7-11.0 s
+    instead of 11.1-11.9 s. The cap is for memory: the JVM builds a task's cached block whole
+    before storing it and keeps the heap it grew, so a task must not build a larger block than
+    one range gives. At ten million events (4 ranges of 156K records) two a task raised the
+    catch-up's peak from 2.0 to 2.05-2.16 GiB."""
+    if not cores < len(ranges) <= 2 * cores:
+        return 1
+    if any(sum(r.size for r in group) > max_records for group in task_groups(ranges, 2)):
+        return 1
+    return 2
 
 
 def task_groups(ranges: Sequence[OffsetRange], per_task: int) -> list[tuple[OffsetRange, ...]]:

@@ -259,7 +259,14 @@ def test_task_groups_of_even_ranges_are_even_and_one_per_task_is_the_list() -> N
         task_groups(ranges, 0)
 
 
-def test_two_ranges_a_task_only_when_that_makes_one_wave_of_two() -> None:
-    assert [ranges_per_task(n, 2) for n in range(1, 10)] == [1, 1, 2, 2, 1, 1, 1, 1, 1]
-    assert ranges_per_task(4, 4) == 1 and ranges_per_task(5, 4) == 2 and ranges_per_task(8, 4) == 2
-    assert ranges_per_task(9, 4) == 1  # several waves either way: the larger blocks would cost memory
+def test_two_ranges_a_task_only_when_that_makes_one_wave_of_two_of_small_ranges() -> None:
+    def even(n: int, size: int = 100) -> list[OffsetRange]:
+        return [OffsetRange(p, 0, size) for p in range(n)]
+
+    assert [ranges_per_task(even(n), 2, 1000) for n in range(1, 10)] == [1, 1, 2, 2, 1, 1, 1, 1, 1]
+    assert [ranges_per_task(even(n), 4, 1000) for n in (4, 5, 8, 9)] == [1, 2, 2, 1]
+    # A task never reads more records than one range may hold: larger blocks cost the JVM memory.
+    assert ranges_per_task(even(4, 600), 2, 1000) == 1
+    assert ranges_per_task(even(4, 500), 2, 1000) == 2
+    uneven = [OffsetRange(0, 0, 900), OffsetRange(1, 0, 100), OffsetRange(2, 0, 900), OffsetRange(3, 0, 200)]
+    assert ranges_per_task(uneven, 2, 1000) == 1  # paired large with small: 900 + 200 > 1000
