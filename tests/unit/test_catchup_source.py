@@ -67,26 +67,27 @@ def test_a_reader_writes_out_its_winners_with_the_collector_off(monkeypatch: pyt
     assert len(batches) == 1 and gc.isenabled()  # on again once the range is read
 
 
-def test_the_readers_modules_import_no_sql_parser() -> None:
-    """Every Spark task worker imports them: sqlglot (65-90 ms) is imported where a DDL is routed."""
+def _imports(modules: str, probe: str) -> bool:
+    """Whether importing ``modules`` (comma-separated) in a fresh interpreter imports ``probe``."""
     import subprocess
     import sys
 
-    code = "import sys, applier.catchup.source, applier.catchup.tasks; print('sqlglot' in sys.modules)"
+    code = f"import sys, {modules}; print({probe!r} in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    return out.stdout.strip() == "True"
+
+
+def test_the_readers_modules_import_no_sql_parser() -> None:
+    """Every Spark task worker imports them: sqlglot (65-90 ms) is imported where a DDL is routed."""
+    assert not _imports("applier.catchup.source, applier.catchup.tasks", "sqlglot")
 
 
 def test_the_writer_tasks_need_not_import_the_job() -> None:
     """Spark pickles a task's function by reference, so its worker imports the function's module:
     the tasks' module must not pull in the driver's (about 0.2 s of CPU per task)."""
     import pickle
-    import subprocess
-    import sys
 
     from applier.catchup import job, tasks
 
     assert job.keyed_task is tasks.keyed_task and b"applier.catchup.tasks" in pickle.dumps(tasks.keyed_task)
-    code = "import sys, applier.catchup.tasks; print('applier.catchup.job' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert not _imports("applier.catchup.tasks", "applier.catchup.job")
