@@ -142,7 +142,13 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                     break
                 key, value = msg.key(), msg.value()
                 events = decode_record(
-                    key, value, topic=topic, partition=kafka_partition, offset=off, options=spec.options
+                    key,
+                    value,
+                    topic=topic,
+                    partition=kafka_partition,
+                    offset=off,
+                    options=spec.options,
+                    old_keys_only=True,  # all the builder reads of an update's old image
                 )
                 if tables is not None:  # as the daemon: the record still counts, without those events
                     events = tables.keep(events)

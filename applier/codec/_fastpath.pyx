@@ -8,7 +8,8 @@ to the Python bytecode of the column loop. This module reads the framed record i
 only what the events keep: the event, its Position, each value already in its final type
 (docs/open-protocol.md §1-§4), and the images: the new image of a keyed row as a CompactImage (a
 tuple of the values and a layout shared by the rows of its column names, types and flags), the
-others as one dict per image and one ``{t, f, v}`` dict per column.
+others as one dict per image and one ``{t, f, v}`` dict per column; for the catch-up's readers an
+update's old image reduced to its handle-key columns (``_old_key_image``).
 
 It accepts a deliberately small subset of JSON, what current producers write: compact documents
 (no whitespace), keys without escapes, rows of ``{t, f, v}`` columns (``h`` allowed), scalar values.
@@ -752,11 +753,13 @@ cdef struct ColumnInfo:
     int order[3]  # the keys as sent ('t', 'f', 'v')
 
 
-cdef object _column_value(Cursor* c, ColumnInfo* info):
+cdef object _column_value(Cursor* c, ColumnInfo* info, bint keep):
     """One ``{t, f, v}`` column (``h`` allowed), normalised as values._normalize_column does:
     ``h`` folded into ``f``, ``v`` converted by the type code: the value is returned, the type
     code, flags and key order go to ``info``. A column without ``f`` (old producers), with other
-    keys or twice the same key, or with a value the careful path would reject, is given up on."""
+    keys or twice the same key, or with a value the careful path would reject, is given up on.
+    Without ``keep`` the value is checked as always but None is returned where building it is
+    not needed to check it (integers; ASCII strings without escapes, which the scan checked)."""
     cdef int key, seen = 0, count = 0
     cdef int* order = info.order
     cdef long long t = -1
@@ -830,7 +833,7 @@ cdef object _column_value(Cursor* c, ColumnInfo* info):
     elif group == G_INT:
         if vkind != V_NUMBER or num.is_float:
             raise SLOW
-        value = _int(&num)
+        value = _int(&num) if keep else None
     elif group == G_FLOAT:
         if vkind != V_NUMBER:
             raise SLOW
@@ -838,9 +841,12 @@ cdef object _column_value(Cursor* c, ColumnInfo* info):
     elif vkind != V_STRING:
         raise SLOW
     elif group == G_TEXT:
-        value = _string(&span)
+        value = _string(&span) if keep or span.escaped or not span.ascii else None
     elif group == G_STRING:
-        value = _go_unquote(&span) if f.magnitude & BINARY else _string(&span)
+        if f.magnitude & BINARY:
+            value = _go_unquote(&span)
+        else:
+            value = _string(&span) if keep or span.escaped or not span.ascii else None
     elif group == G_BLOB:
         value = _blob(&span, f.magnitude & BINARY)
     elif group == G_DECIMAL:
@@ -892,7 +898,9 @@ cdef bint _same_names(dict old, object new) except -1:
 # rather than a dict of {t, f, v} dicts: the daemon's listener and the catch-up's readers keep
 # nothing else of it, so the dicts were built only to be converted and freed (5 of the 10 dicts
 # of a four-column update). Keyless rows and old images stay dicts: the listener reads their
-# columns, and keyless planning compares them column by column.
+# columns, and keyless planning compares them column by column; only the catch-up's readers,
+# which read nothing but the key of an update's old image, have it reduced to that
+# (``old_keys_only``).
 
 cdef object COMPACT_IMAGE = CompactImage
 cdef object IMAGE_SHAPE = ImageShape
@@ -906,6 +914,7 @@ cdef enum:
 # where finding the entry by names needs a tuple of them.
 cdef dict _SHAPES = {}
 cdef dict _LAST_SHAPE = {}
+cdef dict _LAST_OLD_KEY_SHAPE = {}  # the same for the old images reduced to their key (_old_key_image)
 
 
 cdef bint _same_pairs(bytes packed, const ColumnInfo* infos, Py_ssize_t n) except -1:
@@ -934,10 +943,10 @@ cdef bint _same_columns(tuple entry, list names, const ColumnInfo* infos, Py_ssi
     return _same_pairs(<bytes>entry[1], infos, n)
 
 
-cdef object _shape(list names, const ColumnInfo* infos, Py_ssize_t n, object table):
+cdef object _shape(list names, const ColumnInfo* infos, Py_ssize_t n, object table, dict last):
     """The ImageShape of the columns parsed: the table's last one, a cached one of these names
     and pairs, or a new one (a name sent twice is given up on: the careful path decides)."""
-    cdef PyObject* found = PyDict_GetItem(_LAST_SHAPE, table)
+    cdef PyObject* found = PyDict_GetItem(last, table)
     if found != NULL and _same_columns(<tuple>found, names, infos, n):
         return (<tuple>found)[0]
     cdef tuple key = tuple(names)
@@ -962,11 +971,12 @@ cdef object _shape(list names, const ColumnInfo* infos, Py_ssize_t n, object tab
             pairs[2 * i] = infos[i].t
             pairs[2 * i + 1] = infos[i].f
         entry = (shape, packed)
-        if len(_SHAPES) >= MAX_SHAPES or len(_LAST_SHAPE) >= MAX_SHAPES:
+        if len(_SHAPES) >= MAX_SHAPES or len(last) >= MAX_SHAPES:
             _SHAPES.clear()
             _LAST_SHAPE.clear()
+            _LAST_OLD_KEY_SHAPE.clear()
         _SHAPES[key] = entry
-    _LAST_SHAPE[table] = entry
+    last[table] = entry
     return entry[0]
 
 
@@ -1002,7 +1012,7 @@ cdef object _row(Cursor* c, list values, object table):
                     PyMem_Free(infos)
                 infos = grown
                 cap *= 2
-            value = _column_value(c, &infos[n])
+            value = _column_value(c, &infos[n], True)
             if infos[n].f & HANDLE_KEY:
                 keyed = True
             names.append(name)
@@ -1012,7 +1022,7 @@ cdef object _row(Cursor* c, list values, object table):
                 break
         if keyed and table is not None:
             out = _alloc(COMPACT_IMAGE)
-            _put(<PyObject*>out, CI_SLOT[CI_SHAPE], _shape(names, infos, n, table))
+            _put(<PyObject*>out, CI_SLOT[CI_SHAPE], _shape(names, infos, n, table, _LAST_SHAPE))
             _put(<PyObject*>out, CI_SLOT[CI_VALUES], tuple(values))
             return out
         row = PyDict_New()
@@ -1026,8 +1036,58 @@ cdef object _row(Cursor* c, list values, object table):
             PyMem_Free(infos)
 
 
+cdef object _old_key_image(Cursor* c, object new, object table):
+    """An update's old image reduced to its handle-key columns, as a CompactImage (decode_record's
+    ``old_keys_only``): only when it has the columns of the keyed new image ``new``, in its order,
+    with the same columns flagged handle key, so that its key is read as from the whole image
+    (``rows.old_handle_key`` then never needs a column that is left out). Every column is still
+    parsed and checked as :func:`_row` does; the values of the others are not built."""
+    cdef object shape = (<object>new).shape
+    cdef tuple names = shape.names
+    cdef tuple flags = shape.flags
+    cdef Py_ssize_t n = 0, total = len(names), k = 0
+    cdef ColumnInfo info
+    cdef ColumnInfo keys[LOCAL_COLUMNS]
+    cdef list key_names = []
+    cdef list values = []
+    cdef Span span
+    cdef bint keyed
+    _expect(c, 0x7B)
+    if total > LOCAL_COLUMNS or (c.p < c.end and c.p[0] == 0x7D):
+        raise SLOW
+    while True:
+        _expect(c, 0x22)
+        c.p = _scan_string(c.p, c.end, &span)
+        name = _string(&span) if span.escaped else _name(span.start, span.size, span.ascii)
+        _expect(c, 0x3A)
+        if n == total:
+            raise SLOW  # more columns than the new image
+        known = names[n]
+        if name is not known and name != known:
+            raise SLOW
+        keyed = (<long long>flags[n] & HANDLE_KEY) != 0
+        value = _column_value(c, &info, keyed)
+        if ((info.f & HANDLE_KEY) != 0) != keyed:
+            raise SLOW  # the key moved: old_handle_key needs the whole image
+        if keyed:
+            keys[k] = info
+            k += 1
+            key_names.append(name)
+            values.append(value)
+        n += 1
+        if not _next_member(c):
+            break
+    if n != total:
+        raise SLOW
+    out = _alloc(COMPACT_IMAGE)
+    _put(<PyObject*>out, CI_SLOT[CI_SHAPE], _shape(key_names, keys, k, table, _LAST_OLD_KEY_SHAPE))
+    _put(<PyObject*>out, CI_SLOT[CI_VALUES], tuple(values))
+    return out
+
+
 cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned char* vp, Py_ssize_t vn,
-                       object decompress, object topic, object partition, object offset, Py_ssize_t index):
+                       object decompress, object topic, object partition, object offset, Py_ssize_t index,
+                       bint old_keys_only):
     """The event of one key and value document, or None for a kind the fast path leaves to the
     careful one (DDL). Raises for anything else it does not take (decoder._careful_event's rules)."""
     cdef Cursor c
@@ -1122,7 +1182,10 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
             if bit == 0x75 and u is None:
                 u = _row(&c, new_values, tbl)
             elif bit == 0x70 and p is None:
-                p = _row(&c, [], None)
+                if old_keys_only and type(u) is COMPACT_IMAGE:
+                    p = _old_key_image(&c, u, tbl)
+                else:
+                    p = _row(&c, [], None)
             elif bit == 0x64 and d is None:
                 d = _row(&c, [], None)
             else:
@@ -1144,7 +1207,7 @@ cdef object _row_event(const unsigned char* kp, Py_ssize_t kn, const unsigned ch
         row_kind, new, old = INSERT, u, None
     else:
         row_kind, new, old = UPDATE, u, p
-        if not _same_names(old, new):
+        if type(old) is not COMPACT_IMAGE and not _same_names(old, new):  # (reduced: same names)
             old = fill_old(old, new)
     pos = _position(topic, partition, offset, index)
     event = _alloc(ROW_EVENT)
@@ -1186,11 +1249,13 @@ cdef Py_ssize_t _count(const unsigned char* buf, Py_ssize_t start, Py_ssize_t en
     return n
 
 
-def decode_record_fast(key, value, topic, partition, offset, plan, decompress, options, careful):
+def decode_record_fast(key, value, topic, partition, offset, plan, decompress, options, careful,
+                       bint old_keys_only=False):
     """Every event of one record, or None when the record is not framed exactly (or its key or
     value is not ``bytes``): decoder.decode_record then splits it itself, which raises the framing
     error. An event this path does not take is decoded by
-    ``careful(key_doc, value_doc, plan, decompress, options, topic, partition, offset, index)``."""
+    ``careful(key_doc, value_doc, plan, decompress, options, topic, partition, offset, index)``;
+    ``old_keys_only``: see decode_record."""
     if type(key) is not bytes or (value is not None and type(value) is not bytes):
         return None
     cdef const unsigned char* kb = <const unsigned char*>PyBytes_AS_STRING(key)
@@ -1220,7 +1285,7 @@ def decode_record_fast(key, value, topic, partition, offset, plan, decompress, o
             vdoc = vb + vpos + 8
             vpos += 8 + vlen
         try:
-            event = _row_event(kdoc, klen, vdoc, vlen, decompress, topic, partition, offset, index)
+            event = _row_event(kdoc, klen, vdoc, vlen, decompress, topic, partition, offset, index, old_keys_only)
         except Exception:
             event = None
         if event is None:

@@ -26,7 +26,7 @@ from applier.codec import decoder, framing
 from applier.codec._fastpath import compact_image
 from applier.codec.decoder import DecoderOptions, decode_record, decode_record_careful
 from applier.codec.errors import MalformedRecordError
-from applier.codec.events import FLAG_HANDLE_KEY, CompactImage, Position, RowEvent, RowKind
+from applier.codec.events import FLAG_HANDLE_KEY, CompactImage, Position, RowEvent, RowKind, key_only
 
 U64 = struct.Struct(">Q")
 OPTIONS = [
@@ -418,6 +418,102 @@ def test_uniform_key_split_is_used_for_same_length_keys() -> None:
     assert framing._split_uniform(buf + b"\x00", 8) is None  # a trailing byte: the general split decides
     uneven = U64.pack(1) + b"".join(U64.pack(len(d)) + d for d in [b"{}", b'{"a":1}'])
     assert framing._split_uniform(uneven, 8) is None
+
+
+# --- old images reduced to their key (the catch-up's readers) -----------------------------------------
+
+
+def _key_names(image: Any) -> list[str]:
+    return [name for name, col in image.items() if col["f"] & FLAG_HANDLE_KEY]
+
+
+def assert_reduced_old_images_agree(key: bytes, value: bytes, options: DecoderOptions) -> int:
+    """``decode_record(old_keys_only=True)`` against the careful path: the same events or the same
+    error, but for old images it gives reduced, each exactly the handle-key columns of the careful
+    path's old image, and only where that image has its new image's columns in the same order and
+    the same columns flagged handle key. Returns how many it reduced."""
+    where = {"topic": "tp", "partition": 1, "offset": 2, "options": options}
+    try:
+        careful = decode_record_careful(key, value, **where)
+    except MalformedRecordError as e:
+        with pytest.raises(MalformedRecordError) as raised:
+            decode_record(key, value, old_keys_only=True, **where)
+        got = raised.value
+        assert (got.reason, got.index, got.excerpt) == (e.reason, e.index, e.excerpt)
+        return 0
+    events = decode_record(key, value, old_keys_only=True, **where)
+    assert len(events) == len(careful)
+    reduced = 0
+    for event, ref in zip(events, careful, strict=True):
+        if type(event) is RowEvent and type(event.old) is CompactImage:
+            names = _key_names(ref.new)
+            assert event.kind is RowKind.UPDATE and names
+            assert list(ref.old) == list(ref.new) and _key_names(ref.old) == names
+            assert _columns(event.old) == _columns(key_only(ref.old, names))
+            event = dataclasses.replace(event, old=ref.old)
+            reduced += 1
+        assert _event_repr(event) == _event_repr(ref)
+    return reduced
+
+
+@st.composite
+def same_columns_update(draw: st.DrawFn) -> tuple[bytes, bytes, DecoderOptions]:
+    """An update whose old image has the new image's column names (the producers' case), with the
+    old columns' flags mostly the new ones' (sometimes not: the key moved), values ordinary or
+    hostile, and now and then a column more, fewer, or in another order."""
+    options = draw(st.sampled_from(OPTIONS))
+    new = draw(GOOD_ROWS.filter(bool))
+    name = draw(st.sampled_from(sorted(new)))
+    new[name] = {**new[name], "f": new[name]["f"] | 2}  # at least one handle-key column
+    old: dict[str, Any] = {}
+    for n, col in new.items():
+        pick = draw(st.integers(0, 9))
+        if pick < 6:  # the column as in the new image, or its value, with or without an h marker
+            other = {k: v for k, v in col.items() if k != "h" or pick}
+        elif pick < 9:  # another value (and type), the new image's flags
+            other = {**draw(good_column()), "f": col["f"]}
+        else:  # anything: other flags (the key may move), hostile values
+            other = draw(column() | good_column())
+        old[n] = other
+    change = draw(st.sampled_from(["none"] * 6 + ["more", "fewer", "order"]))
+    if change == "more":
+        old["zz"] = draw(good_column())
+    elif change == "fewer":
+        old.pop(name)
+    elif change == "order":
+        old = dict(reversed(old.items()))
+    value = {"u": new, "p": old} if draw(st.integers(0, 5)) else {"p": old, "u": new}
+    ascii_only = draw(st.booleans())
+    k = dumps({"ts": draw(st.integers(0, 2**64 - 1)), "scm": "s", "tbl": "t", "t": 1})
+    return *frame([k], [dumps(value, ascii_only)], options), options
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(same_columns_update() | record())
+def test_old_images_reduced_to_their_key_agree_with_the_careful_path(
+    case: tuple[bytes, bytes, DecoderOptions],
+) -> None:
+    assert_reduced_old_images_agree(*case)
+
+
+def test_old_images_are_reduced_to_their_key_for_what_producers_send() -> None:
+    """An update of a keyed row as TiCDC sends it: its old image comes as its key column alone
+    (checked against the careful path); an insert, a delete and a keyless update stay whole."""
+    row = {
+        "c": {"t": 254, "f": 0, "v": "some text"},
+        "id": {"t": 3, "h": True, "f": 11, "v": 1},
+        "k": {"t": 3, "f": 1, "v": 7},
+    }
+    keyless = {n: {**col, "f": 0} for n, col in row.items() if n != "id"}
+    moved = {**row, "id": {**row["id"], "v": 2}, "c": {**row["c"], "v": "other text"}}
+    values = [{"u": row}, {"u": moved, "p": row}, {"d": row}, {"u": keyless, "p": keyless}]
+    keys = [dumps({"ts": 10 + i, "scm": "db", "tbl": "tb", "t": 1}) for i in range(len(values))]
+    key, value = frame(keys, [dumps(v) for v in values], DecoderOptions())
+    assert assert_reduced_old_images_agree(key, value, DecoderOptions()) == 1
+    events = decode_record(key, value, topic="tp", partition=1, offset=2, old_keys_only=True)
+    assert dict(events[1].old.items()) == {"id": {"t": 3, "f": 11 | FLAG_HANDLE_KEY, "v": 1}}
+    assert events[1].new["id"]["v"] == 2  # the new image whole
+    assert [type(e.old) for e in events] == [type(None), CompactImage, dict, dict]
 
 
 # --- the fast path is really taken ------------------------------------------------------------
