@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 .PHONY: demo test lint services tools bench clean
 
 # The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
-# Installing compiles the hot loops (setup.py): a changed .pyx reinstalls.
-COMPILED := setup.py $(wildcard applier/*/*.pyx sqlgen/*.pyx)
+# Installing compiles the hot loops (setup.py): a changed .pyx or .pxd reinstalls.
+COMPILED := setup.py $(wildcard applier/*/*.pyx applier/*/*.pxd sqlgen/*.pyx)
 
 $(BIN)/.installed-demo: pyproject.toml $(COMPILED)
 	$(PYTHON) -m venv $(VENV)

@@ -14,6 +14,8 @@ shuffles a few large rows instead of one small row per event.
 import pickle
 from zlib import crc32
 
+from applier.codec._slots cimport get_slot, slot_offset
+
 from applier.catchup.rows import (
     DDL,
     RESOLVED,
@@ -30,6 +32,7 @@ from applier.codec._fastpath import compact_image
 from applier.codec.events import (
     CompactImage,
     DDLEvent,
+    ImageShape,
     LargeMessageEvent,
     ResolvedEvent,
     RowEvent,
@@ -47,6 +50,31 @@ cdef int _PICKLE = pickle.HIGHEST_PROTOCOL
 cdef object _dumps = pickle.dumps
 cdef tuple _NO_NAMES = ()
 cdef int _RUN_BITS = 10  # integer keys go to writer buckets in runs of 1,024 values (_bucket)
+cdef Py_ssize_t _MAX_RUNS = 1 << 16  # runs whose bucket a builder remembers (_bucket)
+
+# Slots read by their offset (applier/codec/_slots.pxd), each after a check of the exact type.
+cdef Py_ssize_t _EV_TS = slot_offset(RowEvent, "commit_ts")
+cdef Py_ssize_t _EV_SCHEMA = slot_offset(RowEvent, "schema")
+cdef Py_ssize_t _EV_TABLE = slot_offset(RowEvent, "table")
+cdef Py_ssize_t _EV_KIND = slot_offset(RowEvent, "kind")
+cdef Py_ssize_t _EV_NEW = slot_offset(RowEvent, "new")
+cdef Py_ssize_t _EV_OLD = slot_offset(RowEvent, "old")
+cdef Py_ssize_t _EV_NEW_VALUES = slot_offset(RowEvent, "new_values")
+cdef Py_ssize_t _CI_SHAPE = slot_offset(CompactImage, "shape")
+cdef Py_ssize_t _CI_VALUES = slot_offset(CompactImage, "column_values")
+cdef Py_ssize_t _SH_KEY_NAMES = slot_offset(ImageShape, "key_names")
+cdef Py_ssize_t _SH_KEY_INDEX = slot_offset(ImageShape, "key_index")
+cdef Py_ssize_t _SH_INDEX = slot_offset(ImageShape, "index")
+
+
+cdef inline object _shape_of(object image):
+    """The ImageShape of a CompactImage (both checked: their slots are read by offset)."""
+    if type(image) is not CompactImage:
+        raise TypeError(f"not a CompactImage: {type(image).__name__}")
+    cdef object shape = get_slot(image, _CI_SHAPE)
+    if type(shape) is not ImageShape:
+        raise TypeError(f"not an ImageShape: {type(shape).__name__}")
+    return shape
 
 
 cdef class BatchBuilder:
@@ -83,6 +111,11 @@ cdef class BatchBuilder:
     cdef object _last_group
     cdef tuple _last_table
     cdef dict _last_best
+    # add_record's last (schema, table) tuple: rows of a record are mostly of one table, and one
+    # tuple for all of them makes the comparisons with it pointer comparisons
+    cdef tuple _table
+    # writer bucket of a run of integer keys (_bucket): (schema, table, key names, run) -> bucket
+    cdef dict _runs
 
     def __init__(self, lower_ts, *, collapse_upto=None, Py_ssize_t max_keys=200_000, Py_ssize_t buckets=1):
         if buckets < 1:
@@ -104,6 +137,8 @@ cdef class BatchBuilder:
         self._obs = {}
         self._key_names = {}
         self._last_group = None
+        self._table = ("", "")
+        self._runs = {}
         self.records = 0
         self.row_events = 0
         self.data_rows = 0
@@ -117,9 +152,11 @@ cdef class BatchBuilder:
         list: within one segment (between two DDL records) a table's column list always has the
         same flags. Two tables may share a column list with other keys, and a DDL may move the
         key without changing the columns (``ADD PRIMARY KEY``): hence the table in the cache's
-        key, and a new cache at each DDL record."""
-        if type(row) is CompactImage:  # the decoder's keyed new images know their key
-            return (<object>row).shape.key_names
+        key, and a new cache at each DDL record. No image, or an empty one: no names."""
+        if type(row) is CompactImage:  # the decoder's keyed images know their key
+            return <tuple>get_slot(_shape_of(row), _SH_KEY_NAMES)
+        if row is None or not row:  # (a compact image is never empty: its len() is Python code)
+            return _NO_NAMES
         cdef dict by_cols = self._key_names.get(table)
         if by_cols is None:
             by_cols = self._key_names[table] = {}
@@ -139,33 +176,50 @@ cdef class BatchBuilder:
         cdef object obs = self._obs.get(partition)
         cdef long long c_obs = -1 if obs is None else obs
         cdef bint keyless = False
+        # While every keyed row of the record is of one table (the usual record), whether their
+        # commit ts never decrease: the skeleton marks are then known without _skeleton_marks.
+        cdef bint one_table = True, ordered = True
+        cdef tuple first_table = None
+        cdef long long last_ts = -1
         cdef Py_ssize_t i = 0
         cdef long long ts
-        cdef tuple nn, on, table, key, okey
-        cdef object new, old, kind
+        cdef tuple nn, on, table, key, okey, ovals
+        cdef object new, old, kind, scm, tbl
         self.records += 1
         for ev in events:
             if type(ev) is RowEvent:
-                if ev.commit_ts > _MAX_TS:
-                    raise ValueError(f"commit ts {ev.commit_ts} at partition {partition} offset {offset}")
-                ts = ev.commit_ts
-                new = ev.new
-                old = ev.old
-                table = (ev.schema, ev.table)
-                nn = self._names(table, new) if new else _NO_NAMES
-                on = self._names(table, old) if old else _NO_NAMES
+                try:
+                    ts = get_slot(ev, _EV_TS)
+                except OverflowError:
+                    raise ValueError(f"commit ts {ev.commit_ts} at partition {partition} offset {offset}") from None
+                new = get_slot(ev, _EV_NEW)
+                old = get_slot(ev, _EV_OLD)
+                scm = get_slot(ev, _EV_SCHEMA)
+                tbl = get_slot(ev, _EV_TABLE)
+                table = self._table
+                if table[0] is not scm or table[1] is not tbl:
+                    table = self._table = (scm, tbl)
+                nn = self._names(table, new)
+                on = self._names(table, old)
                 if not nn and not on:
                     keyless = True
                     rows.append((i, ev, False))
                     i += 1
                     continue
                 rows.append((i, ev, True))
+                if first_table is None:
+                    first_table = table
+                elif table is not first_table:
+                    one_table = False
+                if ts < last_ts:
+                    ordered = False
+                last_ts = ts
                 # Not applied: already downstream, or a replayed copy of a row read before (the
                 # daemon's rule 2). Its skeleton stub (below) is all that remains of it.
                 if ts <= self._lower or (c_obs >= 0 and ts <= c_obs):
                     i += 1
                     continue
-                kind = ev.kind
+                kind = get_slot(ev, _EV_KIND)
                 if kind is _DELETE:
                     assert old is not None, "the decoder always gives a delete its old image"
                     key = (on, _values(old, on))
@@ -175,17 +229,20 @@ cdef class BatchBuilder:
                 assert new is not None, "the decoder always gives an insert/update its new image"
                 key = (nn, _values(new, nn))
                 if kind is _UPDATE and old is not None:
-                    if on == nn or not nn:
+                    if on is nn or on == nn:  # the same key columns: compare their values only
+                        ovals = _values(old, on)
+                        okey = key if ovals == key[1] else (on, ovals)
+                    elif not nn:
                         okey = (on, _values(old, on))
                     else:
                         okey = old_handle_key(old, new, key)
-                    if okey != key:
+                    if okey is not key and okey != key:
                         # The same two ops plan_table makes of a key change, now one per key.
                         self._op(partition, offset, i, table, ts, _DELETE, okey, None, key_only(old, okey[0]), None)
-                        self._op(partition, offset, i, table, ts, _INSERT, key, new, None, ev.new_values)
+                        self._op(partition, offset, i, table, ts, _INSERT, key, new, None, get_slot(ev, _EV_NEW_VALUES))
                         i += 1
                         continue
-                self._op(partition, offset, i, table, ts, kind, key, new, None, ev.new_values)
+                self._op(partition, offset, i, table, ts, kind, key, new, None, get_slot(ev, _EV_NEW_VALUES))
             elif isinstance(ev, ResolvedEvent):
                 if obs is None or ev.ts > obs:
                     obs = ev.ts
@@ -210,7 +267,15 @@ cdef class BatchBuilder:
         if not rows:
             return
         self.row_events += len(rows)
-        cdef list marks = _skeleton_marks(rows)
+        cdef list marks
+        if keyless or not one_table:
+            marks = _skeleton_marks(rows)
+        elif ordered:  # the first and the last row (_skeleton_marks' rule for one table)
+            marks = [False] * len(rows)
+            marks[0] = True
+            marks[len(rows) - 1] = True
+        else:
+            marks = [True] * len(rows)
         cdef object digest = record_digest(*raw) if keyless else None
         cdef Py_ssize_t j
         cdef tuple row
@@ -240,7 +305,7 @@ cdef class BatchBuilder:
             self._emit(ts, prio, part, off, i, table[0], table[1], kind, key, self._compact(new, values), old, ts)
             return
         cdef dict best
-        if self._last_group is not None and self._last_table == table:
+        if self._last_group is not None and (self._last_table is table or self._last_table == table):
             best = self._last_best
         else:
             group = (self._segment, table[0], table[1])
@@ -280,12 +345,12 @@ cdef class BatchBuilder:
         a ``CompactImage`` (or None), whose layout is then pickled once per bucket."""
         cdef object shape = None
         cdef tuple values = None
-        if new is not None:
-            shape = new.shape
-            values = new.column_values
+        if new is not None:  # a CompactImage (_compact)
+            shape = _shape_of(new)
+            values = get_slot(new, _CI_VALUES)
         cdef Py_ssize_t bucket = 0
         if self.buckets > 1:
-            bucket = _bucket(scm, tbl, key, self.buckets)
+            bucket = _bucket(scm, tbl, key, self.buckets, self._runs)
         (<list>self._out[bucket]).append(
             (ts, prio, part, off, i, scm, tbl, int(kind), key[0], key[1], shape, values, old, lo)
         )
@@ -347,7 +412,7 @@ cdef class BatchBuilder:
         return rows_batch(rows)
 
 
-cdef Py_ssize_t _bucket(scm, tbl, tuple key, Py_ssize_t buckets):
+cdef Py_ssize_t _bucket(scm, tbl, tuple key, Py_ssize_t buckets, dict runs):
     """The writer bucket of a handle key (``rows`` module docstring): a CRC of the pickled table
     and key, the same in every reader. A key of one integer column is counted by its run of
     ``1 << _RUN_BITS`` consecutive values instead, so that a bucket's rows are runs of neighbouring
@@ -355,10 +420,20 @@ cdef Py_ssize_t _bucket(scm, tbl, tuple key, Py_ssize_t buckets):
     key, rather than one row every few dozen keys over all of it. Spread key by key, every group
     of a writer touched nearly every page of the primary key, and once the table outgrew the
     buffer pool each of them waited for those pages: the write stage of ``benchmarks/catchup.py``
-    (450,000 rows, MariaDB's default 128 MiB pool) took 7.6-9.9 s, in runs 5.9-6.7 s."""
+    (450,000 rows, MariaDB's default 128 MiB pool) took 7.6-9.9 s, in runs 5.9-6.7 s.
+    ``runs`` remembers the bucket of each run seen: a pickle and its CRC cost as much as ten
+    dict lookups, per row written out."""
     cdef tuple values = key[1]
+    cdef tuple run
+    cdef object found
     if len(values) == 1 and type(values[0]) is int:
-        return crc32(_dumps((scm, tbl, key[0], (<object>values[0]) >> _RUN_BITS), _PICKLE)) % buckets
+        run = (scm, tbl, key[0], (<object>values[0]) >> _RUN_BITS)
+        found = runs.get(run)
+        if found is None:
+            if len(runs) >= _MAX_RUNS:
+                runs.clear()
+            found = runs[run] = crc32(_dumps(run, _PICKLE)) % buckets
+        return found
     return crc32(_dumps((scm, tbl, key), _PICKLE)) % buckets
 
 
@@ -382,12 +457,16 @@ cdef inline tuple _values(object row, tuple names):
     """The values of the columns ``names`` of an image (a handle key's values)."""
     cdef object shape
     cdef tuple values
+    cdef tuple known
+    cdef dict index
     if type(row) is CompactImage:
-        shape = row.shape
-        values = row.column_values
-        if len(names) == 1 and shape.key_names == names:
-            return (values[shape.key_index[0]],)
-        return tuple([values[shape.index[n]] for n in names])
+        shape = _shape_of(row)
+        values = <tuple>get_slot(row, _CI_VALUES)
+        known = <tuple>get_slot(shape, _SH_KEY_NAMES)
+        if len(names) == 1 and (known is names or known == names):
+            return (values[<Py_ssize_t>(<tuple>get_slot(shape, _SH_KEY_INDEX))[0]],)
+        index = <dict>get_slot(shape, _SH_INDEX)
+        return tuple([values[<Py_ssize_t>index[n]] for n in names])
     if len(names) == 1:
         return (row[names[0]]["v"],)
     return tuple([row[n]["v"] for n in names])

@@ -54,8 +54,9 @@ from libc.math cimport isinf
 from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
+from applier.codec._slots cimport slot_offset
+
 import dataclasses
-import types
 
 from applier.codec.events import (
     FLAG_BINARY,
@@ -84,14 +85,6 @@ cdef extern from "Python.h":
     ctypedef object (*allocfunc)(PyTypeObject*, Py_ssize_t)
     ctypedef struct TypeAlloc "PyTypeObject":
         allocfunc tp_alloc
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-    int T_OBJECT_EX
 
 
 class _Slow(Exception):
@@ -185,7 +178,6 @@ cdef int _slots(cls, tuple names, Py_ssize_t* offsets) except -1:
     """Building an object slot by slot is the same as calling its class only while the class is a
     slotted dataclass of exactly these fields whose __init__ does nothing else: should events.py
     change that, importing the decoder fails instead of building incomplete events."""
-    cdef PyMemberDef* member
     if (
         tuple(field.name for field in dataclasses.fields(cls)) != names
         or getattr(cls, "__slots__", None) != names
@@ -193,13 +185,7 @@ cdef int _slots(cls, tuple names, Py_ssize_t* offsets) except -1:
     ):
         raise RuntimeError(f"{cls.__name__} changed: update the decoder's fast path, applier/codec/_fastpath.pyx")
     for i, name in enumerate(names):
-        descr = cls.__dict__[name]
-        if type(descr) is types.MemberDescriptorType:
-            member = (<PyMemberDescrObject*>descr).d_member
-            if member.type == T_OBJECT_EX:
-                offsets[i] = member.offset
-                continue
-        raise RuntimeError(f"{cls.__name__}.{name} is not an object slot: update applier/codec/_fastpath.pyx")
+        offsets[i] = slot_offset(cls, name)
     return 0
 
 
