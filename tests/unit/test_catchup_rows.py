@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import zlib
 
 import pyarrow as pa
 import pytest
@@ -85,6 +86,39 @@ def test_skeleton_marks_first_and_last_per_table_or_everything_when_ts_go_back()
     assert {i for tb, i in marked if tb == "u"} == {4, 5, 6}  # index in the record; ts go back: all
     assert {i for tb, i in marked if tb == "k"} == {7, 8}  # keyless: always
     assert t.filter(pa.compute.equal(t["tbl"], "k"))["rec"].null_count == 0
+
+
+@pytest.mark.parametrize(
+    ("stamps", "marked"), [([5, 5, 6, 7], {0, 3}), ([5, 7, 6, 8], {0, 1, 2, 3}), ([9], {0})]
+)
+@pytest.mark.parametrize("same_objects", [True, False])
+def test_a_record_of_one_table_marks_the_same_rows_whatever_its_names_objects(
+    stamps: list[int], marked: set[int], same_objects: bool
+) -> None:
+    """A record of one table (the builder's shortcut) is marked by the rule for any record: the
+    first and last row when the ts never decrease, else all; also when its events carry the
+    table's name in equal but distinct strings (the decoder's name cache can be full)."""
+
+    def name(text: str) -> str:
+        return text if same_objects else "".join(list(text))  # equal, not the same object
+
+    b = BatchBuilder(lower_ts=0)
+    rows = [
+        row_event(
+            INS, ts, id_val_image(i, "v"), schema=name("shop"), table=name("orders"), pos=position(index=i)
+        )
+        for i, ts in enumerate(stamps)
+    ]
+    b.add_record(0, 1, rows, (b"k", b"v"))
+    t = _table(b)
+    stubs = t.filter(t["skel"])
+    assert set(stubs["idx"].to_pylist()) == marked
+    assert sorted(_written(t, "idx")) == [(i,) for i in range(len(stamps))]
+
+
+def test_a_commit_ts_beyond_64_bit_signed_names_the_record() -> None:
+    with pytest.raises(ValueError, match="commit ts 9223372036854775808 at partition 3 offset 12"):
+        BatchBuilder(0).add_record(3, 12, [row_event(INS, 1 << 63, id_val_image(1, "v"), pos=AT)], (b"", b""))
 
 
 def test_rows_at_or_below_the_lower_bound_travel_only_as_skeleton_stubs() -> None:
@@ -346,6 +380,9 @@ def test_integer_keys_go_to_buckets_in_runs_of_neighbours_other_keys_one_by_one(
         for r in writer_rows(pa.table({"kind": [ROWS], "img": [blob]})):
             bucket_of[(r[6], r[9][0])] = idx
     assert len({bucket_of[("t", i)] for i in range(2048, 2048 + 300)}) == 1  # one run: one bucket
+    # every reader must agree: the bucket is the run's CRC, whether remembered or computed
+    run = pickle.dumps(("s", "t", ("id",), 2048 >> 10), pickle.HIGHEST_PROTOCOL)
+    assert bucket_of[("t", 2048)] == zlib.crc32(run) % 64
     assert bucket_of[("t", 5000)] != bucket_of[("t", 2048)]  # another run (here: another bucket)
     assert len({bucket_of[("u", f"key-{i}")] for i in range(300)}) > 32
 
