@@ -39,14 +39,8 @@ from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.class_archive import ClassArchive, class_archive
 from applier.catchup.epochs import Epoch, epoch_of, plan_window
-from applier.catchup.offsets import (
-    KafkaOffsets,
-    OffsetSource,
-    ReadPlan,
-    plan_reads,
-    ranges_per_task,
-    split_ranges,
-)
+from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads
+from applier.catchup.ranges import ranges_per_task, split_ranges
 from applier.catchup.replay import Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
 from applier.catchup.rows import (
@@ -412,7 +406,7 @@ class CatchupJob:
         driver's JVM just to answer it (about a second in local mode, where workers are not
         forked from a daemon).
 
-        A task may read two ranges in turn (``offsets.ranges_per_task`` says when and why)."""
+        A task may read two ranges in turn (``ranges.ranges_per_task`` says when and why)."""
         from pyspark import StorageLevel
 
         cores = self._spark.sparkContext.defaultParallelism

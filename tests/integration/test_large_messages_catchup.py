@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from applier.catchup.offsets import OffsetRange
+from applier.catchup.ranges import OffsetRange
 from applier.catchup.rows import rebuild_row_events
-from applier.catchup.source import ReadSpec, read_range
+from applier.catchup.scan import read_range
+from applier.catchup.source import ReadSpec
 from applier.codec.decoder import DecoderOptions
 from applier.large_messages.settings import LargeMessageSettings, upstream_config
 from applier.simulator import write_claim_check_objects

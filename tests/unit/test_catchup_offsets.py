@@ -7,17 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 import pytest
 
-from applier.catchup.offsets import (
-    EARLIEST,
-    END,
-    OffsetRange,
-    StartSpec,
-    choose_starts,
-    plan_reads,
-    ranges_per_task,
-    split_ranges,
-    task_groups,
-)
+from applier.catchup.offsets import EARLIEST, END, StartSpec, choose_starts, plan_reads
+from applier.catchup.ranges import OffsetRange, ranges_per_task, split_ranges, task_groups
 from applier.kafka.topics import TopicSet, TopicSlots
 
 

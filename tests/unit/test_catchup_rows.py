@@ -430,7 +430,7 @@ class _WeakValue(str):
 
 def test_the_final_flush_lets_go_of_the_collapse_winners() -> None:
     """Once the winners are written out, the builder holds none of them: the reader's task turns the
-    cyclic collector back on right after (source.read_range), and its first collection scanned every
+    cyclic collector back on right after (scan.read_range), and its first collection scanned every
     object still alive since the collector went off (0.2-0.3 s per 500K-event range while the
     builder still held the last table's winners)."""
     import gc
