@@ -14,7 +14,7 @@ shuffles a few large rows instead of one small row per event.
 import pickle
 from zlib import crc32
 
-from applier.codec._slots cimport get_slot, slot_offset
+from applier.codec._slots cimport get_slot, slot_offsets
 
 from applier.catchup.rows import (
     DDL,
@@ -53,25 +53,25 @@ cdef int _RUN_BITS = 10  # integer keys go to writer buckets in runs of 1,024 va
 cdef Py_ssize_t _MAX_RUNS = 1 << 16  # runs whose bucket a builder remembers (_bucket)
 
 # Slots read by their offset (applier/codec/_slots.pxd), each after a check of the exact type.
-cdef Py_ssize_t _EV_TS = slot_offset(RowEvent, "commit_ts")
-cdef Py_ssize_t _EV_SCHEMA = slot_offset(RowEvent, "schema")
-cdef Py_ssize_t _EV_TABLE = slot_offset(RowEvent, "table")
-cdef Py_ssize_t _EV_KIND = slot_offset(RowEvent, "kind")
-cdef Py_ssize_t _EV_NEW = slot_offset(RowEvent, "new")
-cdef Py_ssize_t _EV_OLD = slot_offset(RowEvent, "old")
-cdef Py_ssize_t _EV_NEW_VALUES = slot_offset(RowEvent, "new_values")
-cdef Py_ssize_t _CI_SHAPE = slot_offset(CompactImage, "shape")
-cdef Py_ssize_t _CI_VALUES = slot_offset(CompactImage, "column_values")
-cdef Py_ssize_t _SH_KEY_NAMES = slot_offset(ImageShape, "key_names")
-cdef Py_ssize_t _SH_KEY_INDEX = slot_offset(ImageShape, "key_index")
-cdef Py_ssize_t _SH_INDEX = slot_offset(ImageShape, "index")
+cdef enum:
+    _EV_TS, _EV_SCHEMA, _EV_TABLE, _EV_KIND, _EV_NEW, _EV_OLD, _EV_NEW_VALUES
+cdef enum:
+    _CI_SHAPE, _CI_VALUES
+cdef enum:
+    _SH_KEY_NAMES, _SH_KEY_INDEX, _SH_INDEX
+cdef Py_ssize_t _EV[7]
+cdef Py_ssize_t _CI[2]
+cdef Py_ssize_t _SH[3]
+slot_offsets(RowEvent, ("commit_ts", "schema", "table", "kind", "new", "old", "new_values"), _EV)
+slot_offsets(CompactImage, ("shape", "column_values"), _CI)
+slot_offsets(ImageShape, ("key_names", "key_index", "index"), _SH)
 
 
 cdef inline object _shape_of(object image):
     """The ImageShape of a CompactImage (both checked: their slots are read by offset)."""
     if type(image) is not CompactImage:
         raise TypeError(f"not a CompactImage: {type(image).__name__}")
-    cdef object shape = get_slot(image, _CI_SHAPE)
+    cdef object shape = get_slot(image, _CI[_CI_SHAPE])
     if type(shape) is not ImageShape:
         raise TypeError(f"not an ImageShape: {type(shape).__name__}")
     return shape
@@ -154,7 +154,7 @@ cdef class BatchBuilder:
         key without changing the columns (``ADD PRIMARY KEY``): hence the table in the cache's
         key, and a new cache at each DDL record. No image, or an empty one: no names."""
         if type(row) is CompactImage:  # the decoder's keyed images know their key
-            return <tuple>get_slot(_shape_of(row), _SH_KEY_NAMES)
+            return <tuple>get_slot(_shape_of(row), _SH[_SH_KEY_NAMES])
         if row is None or not row:  # (a compact image is never empty: its len() is Python code)
             return _NO_NAMES
         cdef dict by_cols = self._key_names.get(table)
@@ -189,13 +189,13 @@ cdef class BatchBuilder:
         for ev in events:
             if type(ev) is RowEvent:
                 try:
-                    ts = get_slot(ev, _EV_TS)
+                    ts = get_slot(ev, _EV[_EV_TS])
                 except OverflowError:
                     raise ValueError(f"commit ts {ev.commit_ts} at partition {partition} offset {offset}") from None
-                new = get_slot(ev, _EV_NEW)
-                old = get_slot(ev, _EV_OLD)
-                scm = get_slot(ev, _EV_SCHEMA)
-                tbl = get_slot(ev, _EV_TABLE)
+                new = get_slot(ev, _EV[_EV_NEW])
+                old = get_slot(ev, _EV[_EV_OLD])
+                scm = get_slot(ev, _EV[_EV_SCHEMA])
+                tbl = get_slot(ev, _EV[_EV_TABLE])
                 table = self._table
                 if table[0] is not scm or table[1] is not tbl:
                     table = self._table = (scm, tbl)
@@ -219,7 +219,7 @@ cdef class BatchBuilder:
                 if ts <= self._lower or (c_obs >= 0 and ts <= c_obs):
                     i += 1
                     continue
-                kind = get_slot(ev, _EV_KIND)
+                kind = get_slot(ev, _EV[_EV_KIND])
                 if kind is _DELETE:
                     assert old is not None, "the decoder always gives a delete its old image"
                     key = (on, _values(old, on))
@@ -239,10 +239,10 @@ cdef class BatchBuilder:
                     if okey is not key and okey != key:
                         # The same two ops plan_table makes of a key change, now one per key.
                         self._op(partition, offset, i, table, ts, _DELETE, okey, None, key_only(old, okey[0]), None)
-                        self._op(partition, offset, i, table, ts, _INSERT, key, new, None, get_slot(ev, _EV_NEW_VALUES))
+                        self._op(partition, offset, i, table, ts, _INSERT, key, new, None, get_slot(ev, _EV[_EV_NEW_VALUES]))
                         i += 1
                         continue
-                self._op(partition, offset, i, table, ts, kind, key, new, None, get_slot(ev, _EV_NEW_VALUES))
+                self._op(partition, offset, i, table, ts, kind, key, new, None, get_slot(ev, _EV[_EV_NEW_VALUES]))
             elif isinstance(ev, ResolvedEvent):
                 if obs is None or ev.ts > obs:
                     obs = ev.ts
@@ -347,7 +347,7 @@ cdef class BatchBuilder:
         cdef tuple values = None
         if new is not None:  # a CompactImage (_compact)
             shape = _shape_of(new)
-            values = get_slot(new, _CI_VALUES)
+            values = get_slot(new, _CI[_CI_VALUES])
         cdef Py_ssize_t bucket = 0
         if self.buckets > 1:
             bucket = _bucket(scm, tbl, key, self.buckets, self._runs)
@@ -461,11 +461,11 @@ cdef inline tuple _values(object row, tuple names):
     cdef dict index
     if type(row) is CompactImage:
         shape = _shape_of(row)
-        values = <tuple>get_slot(row, _CI_VALUES)
-        known = <tuple>get_slot(shape, _SH_KEY_NAMES)
+        values = <tuple>get_slot(row, _CI[_CI_VALUES])
+        known = <tuple>get_slot(shape, _SH[_SH_KEY_NAMES])
         if len(names) == 1 and (known is names or known == names):
-            return (values[<Py_ssize_t>(<tuple>get_slot(shape, _SH_KEY_INDEX))[0]],)
-        index = <dict>get_slot(shape, _SH_INDEX)
+            return (values[<Py_ssize_t>(<tuple>get_slot(shape, _SH[_SH_KEY_INDEX]))[0]],)
+        index = <dict>get_slot(shape, _SH[_SH_INDEX])
         return tuple([values[<Py_ssize_t>index[n]] for n in names])
     if len(names) == 1:
         return (row[names[0]]["v"],)

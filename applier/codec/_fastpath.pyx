@@ -54,7 +54,7 @@ from libc.math cimport isinf
 from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
-from applier.codec._slots cimport slot_offset
+from applier.codec._slots cimport slot_offsets
 
 import dataclasses
 
@@ -184,9 +184,7 @@ cdef int _slots(cls, tuple names, Py_ssize_t* offsets) except -1:
         or hasattr(cls, "__post_init__")
     ):
         raise RuntimeError(f"{cls.__name__} changed: update the decoder's fast path, applier/codec/_fastpath.pyx")
-    for i, name in enumerate(names):
-        offsets[i] = slot_offset(cls, name)
-    return 0
+    return slot_offsets(cls, names, offsets)
 
 
 _slots(Position, ("topic", "partition", "offset", "index"), POS_SLOT)
@@ -966,6 +964,16 @@ cdef object _shape(list names, const ColumnInfo* infos, Py_ssize_t n, object tab
     return entry[0]
 
 
+cdef inline object _member_name(Cursor* c):
+    """A member's name and its colon: a column name of an image."""
+    cdef Span span
+    _expect(c, 0x22)
+    c.p = _scan_string(c.p, c.end, &span)
+    name = _string(&span) if span.escaped else _name(span.start, span.size, span.ascii)
+    _expect(c, 0x3A)
+    return name
+
+
 cdef object _row(Cursor* c, list values, object table):
     """One row image, in the producer's column order: with ``table`` (a new image), a
     CompactImage when a column is flagged handle key, else column name -> ``{t, f, v}`` dict.
@@ -977,7 +985,6 @@ cdef object _row(Cursor* c, list values, object table):
     cdef Py_ssize_t n = 0, cap = LOCAL_COLUMNS, i
     cdef list names = []
     cdef bint keyed = False
-    cdef Span span
     cdef object row, out
     _expect(c, 0x7B)
     if c.p < c.end and c.p[0] == 0x7D:
@@ -985,10 +992,7 @@ cdef object _row(Cursor* c, list values, object table):
         return PyDict_New()
     try:
         while True:
-            _expect(c, 0x22)
-            c.p = _scan_string(c.p, c.end, &span)
-            name = _string(&span) if span.escaped else _name(span.start, span.size, span.ascii)
-            _expect(c, 0x3A)
+            name = _member_name(c)
             if n == cap:
                 grown = <ColumnInfo*>PyMem_Malloc(2 * cap * sizeof(ColumnInfo))
                 if grown == NULL:
@@ -1036,16 +1040,12 @@ cdef object _old_key_image(Cursor* c, object new, object table):
     cdef ColumnInfo keys[LOCAL_COLUMNS]
     cdef list key_names = []
     cdef list values = []
-    cdef Span span
     cdef bint keyed
     _expect(c, 0x7B)
     if total > LOCAL_COLUMNS or (c.p < c.end and c.p[0] == 0x7D):
         raise SLOW
     while True:
-        _expect(c, 0x22)
-        c.p = _scan_string(c.p, c.end, &span)
-        name = _string(&span) if span.escaped else _name(span.start, span.size, span.ascii)
-        _expect(c, 0x3A)
+        name = _member_name(c)
         if n == total:
             raise SLOW  # more columns than the new image
         known = names[n]

@@ -31,6 +31,13 @@ cdef inline Py_ssize_t slot_offset(object cls, str name) except -1:
     raise RuntimeError(f"{cls.__name__}.{name} is not an object slot: update the compiled code reading it")
 
 
+cdef inline int slot_offsets(object cls, tuple names, Py_ssize_t* offsets) except -1:
+    """:func:`slot_offset` of each of ``names``, in order, into ``offsets``."""
+    for i, name in enumerate(names):
+        offsets[i] = slot_offset(cls, name)
+    return 0
+
+
 cdef inline object get_slot(object obj, Py_ssize_t offset):
     """The value in a slot of ``obj`` (AttributeError when it was never set, as Python says)."""
     cdef PyObject* value = (<PyObject**>((<char*><PyObject*>obj) + offset))[0]
