@@ -9,6 +9,7 @@ pymysql escapes is itself between single quotes, in either escaping mode of the 
 other value goes through the session's ``escape``.
 """
 
+cimport cython
 from cpython.object cimport PyObject_Str
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
@@ -87,3 +88,58 @@ def bind(str sql, tuple params, escape):
         Py_INCREF(lit)
         PyTuple_SET_ITEM(literals, i, lit)
     return sql % literals
+
+
+@cython.boundscheck(True)
+def batch_ends(
+    list rows,
+    list var_idx,
+    Py_ssize_t per,
+    Py_ssize_t budget,
+    Py_ssize_t fixed,
+    Py_ssize_t exact_from,
+    Py_ssize_t bytes_extra,
+    measure,
+):
+    """Where ``sqlgen.dml._batches`` cuts ``rows``: the end index of each batch, in order.
+
+    A batch ends before the row that would make it hold more than ``per`` rows or more than
+    ``budget`` bytes, a single row always making a batch of its own. A row's size is ``fixed``
+    plus the bound of each value at ``var_idx``: a str of fewer than ``exact_from`` characters is
+    2 bytes a character (4 when it is not ASCII) and its quotes, bytes are twice their length and
+    ``bytes_extra``, None is 4; anything else (longer text included) is what ``measure``
+    (``sqlgen.dml.literal_bytes``) says. The loop is compiled for the same reason as :func:`bind`: it reads every value of the
+    variable-width columns of every row a window writes.
+    """
+    cdef Py_ssize_t n = len(rows), i, start = 0, size = 0, rsize, m, j
+    cdef Py_ssize_t nvar = len(var_idx)
+    cdef tuple row
+    cdef object v
+    cdef list ends = []
+    for i in range(n):
+        row = rows[i]
+        rsize = fixed
+        for j in range(nvar):
+            v = row[<Py_ssize_t>var_idx[j]]
+            if type(v) is str:
+                m = PyUnicode_GET_LENGTH(v)
+                if m >= exact_from:
+                    rsize += <Py_ssize_t>measure(v)
+                elif PyUnicode_MAX_CHAR_VALUE(v) < 128:
+                    rsize += 2 * m + 2
+                else:
+                    rsize += 4 * m + 2
+            elif type(v) is bytes:
+                rsize += 2 * len(<bytes>v) + bytes_extra
+            elif v is None:
+                rsize += 4
+            else:
+                rsize += <Py_ssize_t>measure(v)
+        if i > start and (i - start >= per or size + rsize > budget):
+            ends.append(i)
+            start = i
+            size = 0
+        size += rsize
+    if start < n:
+        ends.append(n)
+    return ends

@@ -70,6 +70,14 @@ from applier.codec.events import (
 )
 from applier.errors import InputError
 
+try:
+    from sqlgen._plan import plan_keyed
+except ImportError as _e:  # an install from before the module existed: one clear line
+    raise ImportError(
+        f"the compiled planning (sqlgen/_plan.pyx) cannot be imported ({_e}): rebuild it "
+        "with `pip install -e .` in the checkout (needs a C compiler and the Python headers)"
+    ) from _e
+
 _DELETE = RowKind.DELETE
 _UPDATE = RowKind.UPDATE
 _HK = FLAG_HANDLE_KEY
@@ -202,7 +210,7 @@ def plan_window(events: Iterable[RowEvent], tables: Collection[TableId] | None =
 
 def plan_table(schema: str, table: str, events: list[RowEvent]) -> TablePlan:
     """Plan the events of one table, given in arrival order."""
-    tp = _plan_keyed(events) if _any_handle_key(events) else _plan_keyless(events)
+    tp = plan_keyed(events) if _any_handle_key(events) else _plan_keyless(events)
     tp.schema = schema
     tp.table = table
     tp.events = len(events)
@@ -278,6 +286,12 @@ def update_keeps_key(ev: RowEvent) -> bool:
 
 
 def _plan_keyed(events: list[RowEvent]) -> TablePlan:
+    """The plan of a keyed table's events: the definition of :func:`plan_keyed`.
+
+    The daemon runs the compiled ``plan_keyed`` (``sqlgen/_plan.pyx``), the same loops with the
+    codec's slots read by offset; this one is what it is tested against
+    (``tests/unit/test_sqlgen_plan_compiled.py``).
+    """
     # One pass, no sort: for each handle key keep the op with the highest (commit_ts, priority),
     # the later one on ties: exactly the last op of a stable sort by (ts, priority), in O(n).
     # priority: 0 = delete, 1 = upsert (deletes before inserts at equal ts).

@@ -50,7 +50,7 @@ from sqlgen.quoting import column_list_fmt, quote_ident_fmt, quote_table, quote_
 from sqlgen.route import Router
 
 try:
-    from sqlgen._bind import bind
+    from sqlgen._bind import batch_ends, bind
 except ImportError as _e:  # an install from before the module existed: one clear line
     raise ImportError(
         f"the compiled statement binding (sqlgen/_bind.pyx) cannot be imported ({_e}): rebuild it "
@@ -164,8 +164,8 @@ def _batches(
     """Index ranges of ``rows`` that fit the dialect's per-statement limits.
 
     ``head`` is the size of the statement's text without its rows, ``per_row`` that of one row's
-    placeholders and separator; values are counted as :func:`literal_bytes` does (inlined here:
-    this runs for every value of every row, so it stays flat).
+    placeholders and separator; values are counted as :func:`literal_bytes` does, by a compiled
+    loop (``sqlgen/_bind.pyx``: ``batch_ends``) where a column's values vary in size.
     """
     ncols = max(len(types), 1)
     per = max(1, min(dialect.max_rows_per_statement, dialect.max_params_per_statement // ncols))
@@ -178,34 +178,13 @@ def _batches(
         for start in range(0, n, per):
             yield range(start, min(start + per, n))
         return
+    rows = rows if type(rows) is list else list(rows)
     start = 0
-    size = 0
-    for i, row in enumerate(rows):
-        rsize = fixed
-        for j in var_idx:
-            v = row[j]
-            t = type(v)
-            if t is str:
-                m = len(v)
-                if m >= _EXACT_FROM:
-                    rsize += _text_bytes(v)
-                elif v.isascii():
-                    rsize += 2 * m + 2
-                else:
-                    rsize += 4 * m + 2
-            elif t is bytes:
-                rsize += 2 * len(v) + _BYTES_LITERAL_EXTRA
-            elif v is None:
-                rsize += 4
-            else:
-                rsize += literal_bytes(v)
-        if i > start and (i - start >= per or size + rsize > budget):
-            yield range(start, i)
-            start = i
-            size = 0
-        size += rsize
-    if start < n:
-        yield range(start, n)
+    for end in batch_ends(
+        rows, var_idx, per, budget, fixed, _EXACT_FROM, _BYTES_LITERAL_EXTRA, literal_bytes
+    ):
+        yield range(start, end)
+        start = end
 
 
 def _text_size(text: str) -> int:
