@@ -71,3 +71,13 @@ def task_error_line(text: str) -> str | None:
         if at >= 0:
             return line[at + len(TASK_MARK) :].strip()
     return None
+
+
+def compiled_module_missing(what: str, source: str, exc: ImportError) -> ImportError:
+    """The one-line error for a compiled module that cannot be imported: ``what`` (``source``)
+    was not built, or was built before it existed, by the install of this checkout."""
+    return ImportError(
+        f"{what} ({source}) cannot be imported ({exc}): rebuild it with `pip install -e .` in the "
+        "checkout, or in place only with Cython installed: `python setup.py build_ext --inplace` "
+        "(either needs a C compiler and the Python headers)"
+    )

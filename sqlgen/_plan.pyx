@@ -17,11 +17,10 @@ from applier.codec._slots cimport get_slot, slot_offsets
 
 from operator import itemgetter
 
-from applier.codec.events import FLAG_HANDLE_KEY, CompactImage, ImageShape, RowEvent, RowKind
+from applier.codec.events import CompactImage, ImageShape, RowEvent, RowKind
 
 cdef object _DELETE = RowKind.DELETE
 cdef object _UPDATE = RowKind.UPDATE
-cdef long _HK = FLAG_HANDLE_KEY
 cdef object _first = itemgetter(0)
 
 cdef enum:
@@ -43,17 +42,15 @@ cdef object _DeleteGroup = None
 cdef object _PlanError = None
 cdef object _upsert_group = None
 cdef object _KeyReader = None
+cdef object _image_key = None
 
 
 cdef int _bind_collapse() except -1:
-    global _TablePlan, _DeleteGroup, _PlanError, _upsert_group, _KeyReader
+    global _TablePlan, _DeleteGroup, _PlanError, _upsert_group, _KeyReader, _image_key
     from sqlgen import collapse
 
-    _TablePlan = collapse.TablePlan
-    _DeleteGroup = collapse.DeleteGroup
-    _PlanError = collapse.PlanError
-    _upsert_group = collapse.upsert_group
-    _KeyReader = collapse._KeyReader
+    _TablePlan, _DeleteGroup, _PlanError = collapse.TablePlan, collapse.DeleteGroup, collapse.PlanError
+    _upsert_group, _KeyReader, _image_key = collapse.upsert_group, collapse._KeyReader, collapse._image_key
     return 0
 
 
@@ -126,16 +123,8 @@ def plan_keyed(list events):
             if not kn:
                 raise _PlanError("row image of a keyed table carries no handle-key column", ev)
             kv = _values_at(<tuple>get_slot(img, _CI[_CI_VALUES]), last_ki)
-        else:
-            names = tuple(img)
-            kn = knames_of.get(names)
-            if kn is None:
-                kn = knames_of[names] = tuple([n for n, col in img.items() if col["f"] & _HK])
-            if not kn:
-                if new is None:
-                    raise _PlanError("delete of a keyed table carries no handle-key column", ev)
-                raise _PlanError("row image of a keyed table carries no handle-key column", ev)
-            kv = (img[kn[0]]["v"],) if len(kn) == 1 else tuple([img[n]["v"] for n in kn])
+        else:  # a delete's image, or one the careful decoder gave
+            names, kn, kv = _image_key(img, knames_of, ev, new is None)
         if kn is not last_kn:
             fin = finals.setdefault(kn, {})
             last_kn = kn

@@ -68,15 +68,12 @@ from applier.codec.events import (
     RowKind,
     has_handle_key,
 )
-from applier.errors import InputError
+from applier.errors import InputError, compiled_module_missing
 
 try:
     from sqlgen._plan import plan_keyed
 except ImportError as _e:  # an install from before the module existed: one clear line
-    raise ImportError(
-        f"the compiled planning (sqlgen/_plan.pyx) cannot be imported ({_e}): rebuild it "
-        "with `pip install -e .` in the checkout (needs a C compiler and the Python headers)"
-    ) from _e
+    raise compiled_module_missing("the compiled planning", "sqlgen/_plan.pyx", _e) from _e
 
 _DELETE = RowKind.DELETE
 _UPDATE = RowKind.UPDATE
@@ -324,15 +321,7 @@ def _plan_keyed(events: list[RowEvent]) -> TablePlan:
             vals = img.column_values
             kv = (vals[ki[0]],) if len(ki) == 1 else tuple([vals[i] for i in ki])
         else:
-            names = tuple(img)
-            kn = knames_of.get(names)
-            if kn is None:
-                kn = knames_of[names] = tuple([n for n, col in img.items() if col["f"] & _HK])
-            if not kn:
-                if new is None:
-                    raise PlanError("delete of a keyed table carries no handle-key column", ev)
-                raise PlanError("row image of a keyed table carries no handle-key column", ev)
-            kv = (img[kn[0]]["v"],) if len(kn) == 1 else tuple([img[n]["v"] for n in kn])
+            names, kn, kv = _image_key(img, knames_of, ev, new is None)
         if kn is not last_kn:
             fin = finals.setdefault(kn, {})
             last_kn = kn
@@ -371,6 +360,24 @@ def _plan_keyed(events: list[RowEvent]) -> TablePlan:
             ug.rows.append(vals if keep is None else tuple([vals[i] for i in keep]))
             ug.keys.append(kvals)
     return tp
+
+
+def _image_key(
+    img: Row, knames_of: dict[tuple[str, ...], tuple[str, ...]], ev: RowEvent, deleting: bool
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[Any, ...]]:
+    """Column names, handle-key column names and key values of an image that is not compact (a
+    delete's, or one the careful decoder gave): what planning reads of it, for both loops (this
+    module's and ``sqlgen/_plan.pyx``'s). ``knames_of`` caches the key columns per column list."""
+    names = tuple(img)
+    kn = knames_of.get(names)
+    if kn is None:
+        kn = knames_of[names] = tuple([n for n, col in img.items() if col["f"] & _HK])
+    if not kn:
+        if deleting:
+            raise PlanError("delete of a keyed table carries no handle-key column", ev)
+        raise PlanError("row image of a keyed table carries no handle-key column", ev)
+    kv = (img[kn[0]]["v"],) if len(kn) == 1 else tuple([img[n]["v"] for n in kn])
+    return names, kn, kv
 
 
 def _by_key(fin: dict[tuple[Any, ...], tuple[Any, ...]]) -> Iterable[tuple[tuple[Any, ...], tuple[Any, ...]]]:

@@ -44,6 +44,7 @@ from decimal import Decimal, InvalidOperation
 from itertools import chain
 from typing import Any, Literal
 
+from applier.errors import compiled_module_missing
 from sqlgen.collapse import DeleteGroup, KeylessOp, TablePlan, UpsertGroup, WindowPlan
 from sqlgen.dialect import Dialect, packet_margin, packet_needed
 from sqlgen.quoting import column_list_fmt, quote_ident_fmt, quote_table, quote_table_fmt
@@ -52,10 +53,7 @@ from sqlgen.route import Router
 try:
     from sqlgen._bind import batch_ends, bind
 except ImportError as _e:  # an install from before the module existed: one clear line
-    raise ImportError(
-        f"the compiled statement binding (sqlgen/_bind.pyx) cannot be imported ({_e}): rebuild it "
-        "with `pip install -e .` in the checkout (needs a C compiler and the Python headers)"
-    ) from _e
+    raise compiled_module_missing("the compiled statement binding", "sqlgen/_bind.pyx", _e) from _e
 
 TYPE_DECIMAL = 246
 _BOUNDED_TYPES = frozenset({1, 2, 3, 8, 9, 13, 16, 247, 248, 4, 5, 6})

@@ -25,6 +25,7 @@ import pyarrow as pa
 from applier.catchup.ranges import OffsetRange
 from applier.catchup.source import ReadSpec
 from applier.codec.decoder import DecoderOptions, decode_record
+from applier.errors import compiled_module_missing
 from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.reader import KafkaReadError, base_consumer_config, is_fatal_kafka_error
 from applier.large_messages.resolver import LargeMessageQueue
@@ -33,10 +34,8 @@ from applier.stream.table_filter import EventFilter, TableFilter
 try:
     from applier.catchup.batch_builder import BatchBuilder
 except ImportError as _e:  # an install from before the module existed: one clear line
-    raise ImportError(
-        f"the catch-up readers' compiled loop (applier/catchup/batch_builder.pyx) cannot be imported "
-        f"({_e}): rebuild it with `pip install -e .` in the checkout (needs a C compiler and the "
-        "Python headers)"
+    raise compiled_module_missing(
+        "the catch-up readers' compiled loop", "applier/catchup/batch_builder.pyx", _e
     ) from _e
 
 STALL_SECONDS = 120.0  # no record for this long inside a range that should hold more: give up

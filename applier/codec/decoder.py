@@ -60,16 +60,14 @@ from applier.codec.events import (
 from applier.codec.framing import split_record
 from applier.codec.problem import Problem
 from applier.codec.values import ValuePlan, fill_old, normalize_row
-from applier.errors import ApplierError
+from applier.errors import ApplierError, compiled_module_missing
 from sqlgen.ddl_guard import HostileDDL, check_ddl
 
 try:
     from applier.codec._fastpath import decode_record_fast as _decode_fast
 except ImportError as _e:  # one clear line instead of a slow decoder nobody asked for
-    raise ImportError(
-        f"the decoder's compiled fast path (applier/codec/_fastpath.pyx) cannot be imported ({_e}): "
-        "rebuild it with `pip install -e .` in the checkout, or in place only with Cython installed: "
-        "`python setup.py build_ext --inplace` (either needs a C compiler and the Python headers)"
+    raise compiled_module_missing(
+        "the decoder's compiled fast path", "applier/codec/_fastpath.pyx", _e
     ) from _e
 
 __all__ = ["DEFAULT_OPTIONS", "DecoderOptions", "decode_record"]

@@ -11,6 +11,8 @@ missing columns, replayed duplicates and unplannable events.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -189,3 +191,27 @@ def test_statements_cut_by_the_compiled_loop_fit_the_budget() -> None:
     assert sum(st.rows for st in sts) == 200
     assert all(len(st.bound(lambda v: "'" + str(v) + "'").encode()) <= 10_000 for st in sts if st.rows > 1)
     assert len(sts) > 1
+
+
+@pytest.mark.parametrize(
+    ("module", "compiled", "source"),
+    [
+        ("sqlgen.collapse", "sqlgen._plan", "sqlgen/_plan.pyx"),
+        ("sqlgen.dml", "sqlgen._bind", "sqlgen/_bind.pyx"),
+        ("applier.codec.decoder", "applier.codec._fastpath", "applier/codec/_fastpath.pyx"),
+    ],
+)
+def test_an_install_without_a_compiled_module_says_how_to_build_it(
+    module: str, compiled: str, source: str
+) -> None:
+    """One line naming the source and the command, not a bare ImportError (or a slow fallback)."""
+    probe = (
+        "import sys\n"
+        f"sys.modules[{compiled!r}] = None  # as if it had never been built\n"
+        "try:\n"
+        f"    __import__({module!r})\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert source in out and "pip install -e ." in out and len(out.strip().splitlines()) == 1
