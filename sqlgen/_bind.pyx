@@ -108,8 +108,8 @@ def batch_ends(
     plus the bound of each value at ``var_idx``: a str of fewer than ``exact_from`` characters is
     2 bytes a character (4 when it is not ASCII) and its quotes, bytes are twice their length and
     ``bytes_extra``, None is 4; anything else (longer text included) is what ``measure``
-    (``sqlgen.dml.literal_bytes``) says. The loop is compiled for the same reason as :func:`bind`: it reads every value of the
-    variable-width columns of every row a window writes.
+    (``sqlgen.dml.literal_bytes``) says. The loop is compiled for the same reason as :func:`bind`:
+    it reads every value of the variable-width columns of every row a window writes.
     """
     cdef Py_ssize_t n = len(rows), i, start = 0, size = 0, rsize, m, j
     cdef Py_ssize_t nvar = len(var_idx)

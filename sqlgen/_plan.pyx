@@ -5,9 +5,10 @@ Why it exists: the daemon plans every row event it applies once, on the thread t
 and decodes, and a profile of ``benchmarks/apply.py`` put planning at a fifth of that thread's
 time (1.8 us an event), most of it the Python-level loop of one dict lookup, a few attribute
 reads and a tuple per event. The rules, and why they converge, are in :mod:`sqlgen.collapse`;
-this module applies them exactly as ``_plan_keyed`` there does (``tests/unit/test_sqlgen_plan_compiled.py``
-compares the two on generated windows), with the slots of the codec's classes read by offset
-(``applier/codec/_slots.pxd``) and a one-entry cache of the last image layout.
+this module applies them exactly as ``_plan_keyed`` there does
+(``tests/unit/test_sqlgen_plan_compiled.py`` compares the two on generated windows), with the slots
+of the codec's classes read by offset (``applier/codec/_slots.pxd``) and a one-entry cache of the
+last image layout.
 """
 
 cimport cython
@@ -116,13 +117,13 @@ def plan_keyed(list events):
                     raise TypeError(f"not an ImageShape: {type(shape).__name__}")
                 last_names = get_slot(shape, _SH[_SH_NAMES])
                 last_kn_of_shape = get_slot(shape, _SH[_SH_KEY_NAMES])
-                last_ki = <tuple>get_slot(shape, _SH[_SH_KEY_INDEX])
+                last_ki = <tuple?>get_slot(shape, _SH[_SH_KEY_INDEX])
                 last_shape = shape
             names = last_names
             kn = last_kn_of_shape
             if not kn:
                 raise _PlanError("row image of a keyed table carries no handle-key column", ev)
-            kv = _values_at(<tuple>get_slot(img, _CI[_CI_VALUES]), last_ki)
+            kv = _values_at(<tuple?>get_slot(img, _CI[_CI_VALUES]), last_ki)
         else:  # a delete's image, or one the careful decoder gave
             names, kn, kv = _image_key(img, knames_of, ev, new is None)
         if kn is not last_kn:
