@@ -7,6 +7,9 @@ formatting around it. The rules are those of :meth:`sqlgen.dml.Statement.bound`,
 they give exactly pymysql's text: an int is ``str(v)``; a str holding none of the characters
 pymysql escapes is itself between single quotes, in either escaping mode of the session; every
 other value goes through the session's ``escape``.
+
+The statement's other per-value loop is here too: :func:`batch_ends`, where ``sqlgen.dml`` cuts a
+group's rows into statements by the bound size of their values.
 """
 
 cimport cython
