@@ -258,7 +258,9 @@ def update_keeps_key(ev: RowEvent) -> bool:
     are read from the images' flags each time, with no cache: a long-lived caller sees DDLs that
     move the key without changing the column list. Values compare as the key tuples of
     :class:`_KeyReader` do (identical, or equal), without building them: this runs for every
-    update the daemon caches.
+    update the daemon caches. An old image the decoder reduced to its key columns (a
+    CompactImage, ``decode_record(old_keys_only=True)``) is read by position, not through the
+    column dicts its lookups would build.
     """
     old, new = ev.old, ev.new
     if ev.kind is not _UPDATE or old is None or new is None:
@@ -273,12 +275,17 @@ def update_keeps_key(ev: RowEvent) -> bool:
     # The old key: the old image's values of these columns when it flags the same ones, else read
     # over these columns with those it lacks taken from the new image (only-output-updated-
     # columns); either way a column the old image lacks compares equal.
+    if type(old) is CompactImage:  # reduced to its key columns by the decoder (old_keys_only)
+        index, olds = old.shape.index, old.column_values
+        for n, b in pairs:
+            i = index.get(n)
+            if i is not None and not (olds[i] is b or olds[i] == b):
+                return False
+        return True
     for n, b in pairs:
         col = old.get(n)
-        if col is not None:
-            a = col["v"]
-            if not (a is b or a == b):
-                return False
+        if col is not None and not (col["v"] is b or col["v"] == b):
+            return False
     return True
 
 

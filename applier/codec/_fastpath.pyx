@@ -8,8 +8,8 @@ to the Python bytecode of the column loop. This module reads the framed record i
 only what the events keep: the event, its Position, each value already in its final type
 (docs/open-protocol.md §1-§4), and the images: the new image of a keyed row as a CompactImage (a
 tuple of the values and a layout shared by the rows of its column names, types and flags), the
-others as one dict per image and one ``{t, f, v}`` dict per column; for the catch-up's readers an
-update's old image reduced to its handle-key columns (``_old_key_image``).
+others as one dict per image and one ``{t, f, v}`` dict per column; a keyed update's old image
+reduced to its handle-key columns where the caller asks for it (``_old_key_image``).
 
 It accepts a deliberately small subset of JSON, what current producers write: compact documents
 (no whitespace), keys without escapes, rows of ``{t, f, v}`` columns (``h`` allowed), scalar values.
@@ -882,9 +882,9 @@ cdef bint _same_names(dict old, object new) except -1:
 # rather than a dict of {t, f, v} dicts: the daemon's listener and the catch-up's readers keep
 # nothing else of it, so the dicts were built only to be converted and freed (5 of the 10 dicts
 # of a four-column update). Keyless rows and old images stay dicts: the listener reads their
-# columns, and keyless planning compares them column by column; only the catch-up's readers,
-# which read nothing but the key of an update's old image, have it reduced to that
-# (``old_keys_only``).
+# columns, and keyless planning compares them column by column; only the old image of a keyed
+# update, of which the daemon and the catch-up's readers read nothing but the key, is reduced to
+# that (``old_keys_only``).
 
 cdef object COMPACT_IMAGE = CompactImage
 cdef object IMAGE_SHAPE = ImageShape

@@ -326,11 +326,13 @@ def decode_record(
     alone: the reference the fast path is tested against (same results, same errors); not for
     production use, it is slower.
 
-    ``old_keys_only`` (the catch-up's readers): the old image of an update whose columns and
-    handle key are those of its new image comes as a CompactImage of the handle-key columns
-    alone, the other columns checked but their values not built. A reader reads nothing else of
-    it (whether the update moves the key), and at two thirds of a backlog's events, building the
-    values it drops cost about a quarter of the decode. Other old images come whole, as always.
+    ``old_keys_only`` (the daemon and the catch-up's readers): the old image of an update whose
+    columns and handle key are those of its new image comes as a CompactImage of the handle-key
+    columns alone, the other columns checked but their values not built. Neither reads anything
+    else of it (whether the update moves the key: the daemon's listener drops it when the key is
+    kept, ``sqlgen.update_keeps_key``), and building the values they drop cost about a quarter of
+    the catch-up's decode of a backlog, an eighth of the daemon's of benchmarks/apply.py's
+    stream. Other old images come whole, as always.
     """
     plan, decompress = _plan_for(options)
     # Producers older than v4.0.5 send no column flags, which the fast path always gives up on.

@@ -515,6 +515,7 @@ class Daemon:
                     partition=rec.kafka_partition,
                     offset=rec.offset,
                     options=options,
+                    old_keys_only=True,  # all the listener and planning read of an update's old image
                 )
                 if tables is not None:  # filtered tables' rows and DDLs dropped; the record still counts
                     events = tables.keep(events)

@@ -208,7 +208,9 @@ def cache_bytes(record_bytes: int, events: Sequence[Event]) -> int:
             new, old = ev.new, ev.old
             # a compact image is counted as the dicts it stands for, as before
             columns = len(new.column_values) if type(new) is CompactImage else len(new) if new else 0
-            total += ROW_BYTES + COLUMN_BYTES * (columns + (len(old) if old else 0))
+            if old is not None:
+                columns += len(old.column_values) if type(old) is CompactImage else len(old)
+            total += ROW_BYTES + COLUMN_BYTES * columns
     return total
 
 
@@ -260,7 +262,9 @@ def _trim_old_image(ev: RowEvent) -> None:
     """Drop what planning never reads of a keyed row's old image before it waits in the cache.
 
     An update that keeps its handle key is planned from its new image alone
-    (:func:`sqlgen.update_keeps_key`): its old image, half of the row's memory, goes. A delete
+    (:func:`sqlgen.update_keeps_key`): its old image goes. The daemon decodes that image reduced to
+    its key columns (``decode_record(old_keys_only=True)``), and an update that moves its key keeps
+    them: all planning reads of it. A delete
     is planned from its key columns (the ``delete-only-handle-key`` form TiCDC can send): the
     other columns go. ``record_bytes`` still counts what was dropped, so the byte bound errs on
     the safe side.

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from applier.codec.events import (
     FLAG_GENERATED,
     CompactImage,
+    ImageShape,
     Row,
     RowEvent,
     RowKind,
@@ -374,3 +375,11 @@ def test_update_keeps_key_agrees_with_the_key_reader_of_plan_table(new: dict, ol
     new_key = keys.key(ev.new)
     expected = bool(new_key[0]) and keys.old_key(ev.old, ev.new, new_key) == new_key
     assert update_keeps_key(ev) == expected
+
+    # the same images compact: the decoder's keyed new images, and the old images it reduces to
+    # their key columns for the daemon (decode_record's old_keys_only)
+    def compact(row: Row) -> CompactImage:
+        return CompactImage(ImageShape.of(row), tuple([col["v"] for col in row.values()]))
+
+    for n, o in ((compact(ev.new), ev.old), (ev.new, compact(ev.old)), (compact(ev.new), compact(ev.old))):
+        assert update_keeps_key(row_event(UPD, 5, n, o)) == expected

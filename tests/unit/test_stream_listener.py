@@ -1,22 +1,27 @@
-"""PartitionListener: replay detection, DDL queueing, memory accounting and resume offsets."""
+"""PartitionListener: replay detection, DDL queueing, memory accounting, resume offsets, and the images
+it caches."""
 
 from __future__ import annotations
 
 import pytest
 
+from applier.codec.decoder import decode_record
 from applier.codec.events import (
     FLAG_HANDLE_KEY,
     CompactImage,
+    ImageShape,
     LargeMessageEvent,
     Position,
     RowEvent,
     RowKind,
 )
 from applier.large_messages.errors import LargeMessageNotConfigured
-from applier.stream.listener import PartitionListener
+from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
+from applier.stream.listener import COLUMN_BYTES, PartitionListener, cache_bytes
 from applier.stream.progress import CheckpointState, SharedProgress, ddl_key
 from applier.stream.window import is_keyless
-from tests.builders import INT, ddl_event, keyed_row, keyless_row, resolved_event
+from sqlgen import plan_window
+from tests.builders import INT, ddl_event, keyed_row, keyless_row, record, resolved_event
 
 
 def make(
@@ -428,3 +433,85 @@ def test_cached_keyed_rows_hold_compact_new_images_that_read_as_the_decoded_ones
     assert list(rows[1].new.items()) == list(decoded[1].items()) and len(rows[1].new) == 2
     assert [r.new_values for r in rows[:3]] == [(1, "a"), (2, "b"), (3, "c")]
     assert not is_keyless(rows[0]) and is_keyless(rows[3])
+
+
+@pytest.mark.parametrize("mode", sorted(PRODUCER_MODES))
+@pytest.mark.parametrize("only_updated_columns", [False, True])
+def test_updates_decoded_with_their_old_image_reduced_to_the_key_plan_as_whole_ones(
+    mode: str, only_updated_columns: bool
+) -> None:
+    """The daemon decodes an update's old image reduced to its handle key where the producer sends
+    the new image's columns (``decode_record(old_keys_only=True)``): the listener drops it as it
+    drops a whole one when the key is kept, keeps it (the key columns) when the key moved, and
+    every table plans exactly as from the whole images, for every order a producer sends."""
+    sim = simulate(
+        StreamConfig(
+            seed=5, transactions=150, only_updated_columns=only_updated_columns, **PRODUCER_MODES[mode]
+        )
+    )
+    cached: dict[bool, list[RowEvent]] = {}
+    reduced = 0
+    for keys_only in (False, True):
+        progress = SharedProgress(CheckpointState())
+        listeners: dict[int, PartitionListener] = {}
+        offsets: dict[int, int] = {}
+        for rec in sim.records:
+            p = rec.partition
+            offset = offsets[p] = offsets.get(p, -1) + 1
+            events = decode_record(
+                rec.key, rec.value, topic="t", partition=p, offset=offset, old_keys_only=keys_only
+            )
+            reduced += sum(1 for e in events if type(e) is RowEvent and type(e.old) is CompactImage)
+            lst = listeners.get(p)
+            if lst is None:
+                lst = listeners[p] = PartitionListener(p, progress, offset)
+            lst.feed(offset, events, len(rec.value))
+        cached[keys_only] = [row for p in sorted(listeners) for row in listeners[p].rows_upto(10**19)]
+    whole, keys = cached[False], cached[True]
+    assert reduced > 0 or only_updated_columns  # only-updated-columns images never have the new one's columns
+    assert [(r.pos, r.commit_ts, r.new, r.old is None) for r in keys] == [
+        (r.pos, r.commit_ts, r.new, r.old is None) for r in whole
+    ]
+    for r, w in zip(keys, whole, strict=True):
+        if r.old is not None and type(r.old) is CompactImage:  # a key that moved: its key columns
+            assert dict(r.old.items()) == {n: w.old[n] for n in r.old.shape.key_names}
+    assert plan_window(keys) == plan_window(whole)
+
+
+def test_cached_bytes_count_a_reduced_old_image_by_its_columns() -> None:
+    """A row's estimate counts the columns it holds: an update's old image reduced to its key
+    column counts one (its other columns were never built)."""
+    row = keyed_row(10, 1, "new", kind=RowKind.UPDATE)
+    whole = keyed_row(10, 1, "old").new
+    row.old = whole
+    counted_whole = cache_bytes(0, [row])
+    shape = ImageShape(("id",), ((INT, whole["id"]["f"]),))
+    row.old = CompactImage(shape, (1,))
+    assert counted_whole - cache_bytes(0, [row]) == COLUMN_BYTES * (len(whole) - 1)
+
+
+def test_an_update_that_moves_its_key_keeps_its_reduced_old_image() -> None:
+    """An update sent whole that moves its key (TiCDC splits such updates, but be safe) keeps the
+    old key columns the decoder reduced its old image to: planning deletes the old key."""
+    row = {"id": {"t": INT, "h": True, "f": 11, "v": 1}, "k": {"t": INT, "f": 1, "v": 7}}
+    moved = {**row, "id": {**row["id"], "v": 2}}
+    kept = {**moved, "k": {**row["k"], "v": 8}}
+    values = [{"u": row}, {"u": moved, "p": row}, {"u": kept, "p": moved}]
+    key, value = record(
+        *[({"ts": 10 + i, "scm": "db", "tbl": "tb", "t": 1}, v) for i, v in enumerate(values)]
+    )
+    plans = []
+    for keys_only in (False, True):
+        lst, _ = make()
+        lst.feed(
+            0,
+            decode_record(key, value, topic="t", partition=0, offset=0, old_keys_only=keys_only),
+            len(value),
+        )
+        rows = cached(lst)
+        assert [r.old is None for r in rows] == [True, False, True]
+        assert rows[1].old["id"]["v"] == 1 and (type(rows[1].old) is CompactImage) == keys_only
+        plans.append(plan_window(rows))
+    assert plans[0] == plans[1]
+    (tp,) = plans[1].tables.values()
+    assert [g.keys for g in tp.deletes] == [[(1,)]]
