@@ -263,11 +263,10 @@ def _trim_old_image(ev: RowEvent) -> None:
 
     An update that keeps its handle key is planned from its new image alone
     (:func:`sqlgen.update_keeps_key`): its old image goes. The daemon decodes that image reduced to
-    its key columns (``decode_record(old_keys_only=True)``), and an update that moves its key keeps
-    them: all planning reads of it. A delete
-    is planned from its key columns (the ``delete-only-handle-key`` form TiCDC can send): the
-    other columns go. ``record_bytes`` still counts what was dropped, so the byte bound errs on
-    the safe side.
+    its key columns where it has the new image's columns (``decode_record(old_keys_only=True)``),
+    and an update that moves its key keeps them: all planning reads of it. A delete is planned
+    from its key columns (the ``delete-only-handle-key`` form TiCDC can send): the other columns
+    go. ``record_bytes`` still counts what was dropped, so the byte bound errs on the safe side.
     """
     old = ev.old
     assert old is not None
