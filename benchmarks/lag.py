@@ -57,11 +57,10 @@ The database's buffer pool decides the 30K figures. The table grows to about a m
 reads and write-backs: the apply rate falls as the run goes on. The benchmark prints the pool size
 and the rate inside the windows' transactions for each sixth of the run, so that this shows, and
 names the sixths in which that rate is below the input rate: the database alone cannot keep up
-there, whatever the daemon does. On a
-machine whose server keeps a distribution's default pool (128 MiB), ``--private-db`` starts a
-``mariadbd`` of its own for the run (``tests/integration/private_mariadb.py``; the shared server is
-not touched) with ``--buffer-pool`` (default 1G), as a production server holding this table would
-be set up.
+there, whatever the daemon does. On a machine whose server keeps a distribution's default pool
+(128 MiB), ``--private-db`` starts a ``mariadbd`` of its own for the run
+(``tests/integration/private_mariadb.py``; the shared server is not touched) with
+``--buffer-pool`` (default 1G), as a production server holding this table would be set up.
 
 The producer lingers 20 ms (``--linger-ms``). The embedded broker's memory storage spends time on
 every fetch in proportion to the record batches a partition holds (a real Kafka broker finds an
