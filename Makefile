@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint services tools bench clean
+.PHONY: demo test lint services tools bench clean container-tools test-container
 
 # The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
 # Installing compiles the hot loops (setup.py): a changed .pyx or .pxd reinstalls.
@@ -42,6 +42,20 @@ tools:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+# The real container test (tests/deploy/test_container.py, not part of `make test`): docker/Dockerfile
+# built with buildah on a stand-in base made with mmdebstrap, run with rootful podman against this
+# machine's MariaDB. Needs root; podman, buildah, runc and mmdebstrap are installed when missing.
+container-tools:
+	@missing=""; \
+	for tool in podman buildah runc mmdebstrap; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+test-container: $(BIN)/.installed-test services container-tools
+	$(BIN)/python -m pytest -q -p no:cacheprovider -s --durations=0 tests/deploy/test_container.py
 
 demo: $(BIN)/.installed-demo services
 	$(BIN)/applier demo

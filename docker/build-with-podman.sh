@@ -3,10 +3,18 @@
 # a stand-in for python:3.11-slim-bookworm is made with mmdebstrap from Debian's packages, imported
 # under that name, and the Dockerfile is built with buildah --isolation=chroot (no daemon, no user
 # namespaces needed). Not run by CI. Needs root (or a working rootless setup) and network access to
-# a Debian mirror and to PyPI (the build stage runs pip).
+# a Debian mirror and to PyPI (the build stage runs pip). The real container test
+# (tests/deploy/test_container.py, `make test-container`) builds its images with it.
 #
 #   docker/build-with-podman.sh              # runtime image, tagged ticdc-applier:dev
 #   TARGET=catchup docker/build-with-podman.sh
+#   REFRESH_BASE=1 docker/build-with-podman.sh   # make the stand-in base again
+#
+# What is kept between runs, in podman's storage (/var/lib/containers/storage): the stand-in base,
+# labelled with a digest of its recipe (the packages, the hooks, the CA bundle it carries), made
+# again when the recipe changes, when it is older than BASE_MAX_AGE_DAYS (30: Debian's security
+# updates) or with REFRESH_BASE=1 (the old one and the build layers made on it are then removed);
+# and the layers of the builds (buildah --layers), reused while their inputs are unchanged.
 #
 # The stand-in is close to the official image where the Dockerfile relies on it: Debian bookworm,
 # Python 3.11 with venv, pip and its headers (the build stage compiles the decoder's fast path),
@@ -15,7 +23,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BASE_NAME=${BASE_NAME:-docker.io/library/python:3.11-slim-bookworm}
+# A local name: the stand-in is not the official image and must not pass for it.
+BASE_NAME=${BASE_NAME:-localhost/ticdc-applier-base:bookworm-python3.11}
+BASE_MAX_AGE_DAYS=${BASE_MAX_AGE_DAYS:-30}
 TARGET=${TARGET:-runtime}
 TAG=${TAG:-ticdc-applier:dev}
 WORK=$(mktemp -d)
@@ -30,21 +40,43 @@ fi
 
 # Where outgoing TLS goes through an intercepting proxy, pip trusts it only through PIP_CERT: the stand-in
 # then carries the host's CA bundle and sets PIP_CERT, so that pip inside the build trusts the same CAs.
+packages=python3,python3-venv,python3-pip,python3-dev,ca-certificates,passwd
 hooks=(--customize-hook='chroot "$1" ln -sf /usr/bin/python3 /usr/local/bin/python'
        --customize-hook='chroot "$1" ln -sf /usr/bin/python3 /usr/local/bin/python3')
 changes=(--change 'CMD ["python3"]' --change 'ENV LANG=C.UTF-8')
+ca_file=/dev/null
 if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
+  ca_file=$PIP_CERT
   cp "$PIP_CERT" "$WORK/host-ca.crt"
   hooks+=(--customize-hook="cp $WORK/host-ca.crt \"\$1/usr/local/share/host-ca.crt\"")
   changes+=(--change 'ENV PIP_CERT=/usr/local/share/host-ca.crt')
 fi
+recipe=$( { printf '%s\n' bookworm minbase "$packages" "${hooks[@]}" "${changes[@]}"; cat "$ca_file"; } \
+          | sha256sum | cut -c1-16)
+# The label is inherited by every image built on the base: the build layers are found by it.
+changes+=(--change "LABEL ticdc-applier.stand-in-base=$recipe")
 
-if ! podman image exists "$BASE_NAME"; then
-  echo "building the stand-in base $BASE_NAME with mmdebstrap"
-  mmdebstrap --variant=minbase \
-    --include=python3,python3-venv,python3-pip,python3-dev,ca-certificates,passwd \
-    "${hooks[@]}" bookworm "$WORK/base.tar"
+base_state() {  # "fresh", or why the base must be made (again)
+  if ! podman image exists "$BASE_NAME"; then echo "missing"; return; fi
+  if [ "${REFRESH_BASE:-0}" = 1 ]; then echo "REFRESH_BASE=1"; return; fi
+  local have created
+  have=$(podman image inspect "$BASE_NAME" --format '{{index .Labels "ticdc-applier.stand-in-base"}}')
+  if [ "$have" != "$recipe" ]; then echo "its recipe changed"; return; fi
+  created=$(podman image inspect "$BASE_NAME" --format '{{.Created.Unix}}')
+  if [ $(( $(date +%s) - created )) -gt $(( BASE_MAX_AGE_DAYS * 86400 )) ]; then
+    echo "older than $BASE_MAX_AGE_DAYS days"; return
+  fi
+  echo fresh
+}
+
+state=$(base_state)
+if [ "$state" != fresh ]; then
+  echo "building the stand-in base $BASE_NAME with mmdebstrap ($state)"
+  mmdebstrap --variant=minbase --include="$packages" "${hooks[@]}" bookworm "$WORK/base.tar"
   podman import "${changes[@]}" "$WORK/base.tar" "$BASE_NAME"
+  # The base replaced leaves the old one and the layers built on it untagged: remove them. Tagged
+  # images built on it stay until they are built again.
+  podman image prune --force --filter label=ticdc-applier.stand-in-base >/dev/null
 fi
 
 # Pass the host's pip index settings through, so that a mirror configured here works in the build too.

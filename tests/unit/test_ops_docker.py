@@ -72,8 +72,14 @@ def test_dockerfile_shape() -> None:
     assert not re.search(r"\b(gcc|g\+\+|build-essential|clang)\b", runtime)  # no compilers
     assert "USER 10001:10001" in runtime
     assert 'ENTRYPOINT ["applier"]' in runtime
-    assert re.search(r"HEALTHCHECK .*127\.0\.0\.1:9400/healthz", runtime)
+    # The health check asks /healthz on APPLIER_HTTP_LISTEN's port, and compose.yaml's is the same.
+    health = re.search(r"HEALTHCHECK .*?CMD (\[.*\])", runtime)
+    assert health and "APPLIER_HTTP_LISTEN" in health.group(1) and "/healthz" in health.group(1)
+    assert json.loads(health.group(1)) == _compose()["x-applier"]["healthcheck"]["test"][1:]
     assert "APPLIER_HTTP_LISTEN=0.0.0.0:9400" in runtime
+    # The only directory the daemon writes, so that the root filesystem can be read-only.
+    assert "APPLIER_SPILL_DIR=/var/lib/ticdc-applier/spill" in runtime
+    assert 'VOLUME ["/var/lib/ticdc-applier"]' in runtime
     catchup = "\n".join(stages["catchup"])
     assert stages["catchup"][0] == "FROM runtime AS catchup"
     assert "openjdk-17-jre-headless" in catchup and "COPY --from=build-catchup" in catchup
@@ -139,6 +145,12 @@ def test_compose_wiring() -> None:
             and ":" not in env["APPLIER_DOWNSTREAM"].split("@")[0][8:]
         )
         assert services[name]["user"] == "10001:10001" and services[name]["read_only"] is True
+        # read-only: the spill directory (the image's APPLIER_SPILL_DIR) is on a volume
+        assert any(v.split(":")[1] == "/var/lib/ticdc-applier" for v in services[name]["volumes"])
+    # The catch-up: read-only as well, with a writable /tmp for Spark.
+    catchup = services["catchup"]
+    assert catchup["read_only"] is True and catchup["build"]["target"] == "catchup"
+    assert any(t.split(":")[0] == "/tmp" for t in catchup["tmpfs"])
     # The upstream profile: PD, TiKV, TiDB and TiCDC with an Open Protocol changefeed into that Kafka.
     tidb = {n for n, s in services.items() if "tidb" in (s.get("profiles") or [])}
     assert {"pd", "tikv", "tidb", "ticdc", "changefeed", "applier-tidb"} <= tidb
