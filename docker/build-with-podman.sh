@@ -51,7 +51,8 @@ if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
   hooks+=(--customize-hook="cp $WORK/host-ca.crt \"\$1/usr/local/share/host-ca.crt\"")
   changes+=(--change 'ENV PIP_CERT=/usr/local/share/host-ca.crt')
 fi
-recipe=$( { printf '%s\n' bookworm minbase "$packages" "${hooks[@]}" "${changes[@]}"; cat "$ca_file"; } \
+# The hooks name a temporary directory: the CA bundle's content stands for it in the recipe.
+recipe=$( { printf '%s\n' bookworm minbase "$packages" "${hooks[@]//$WORK/}" "${changes[@]}"; cat "$ca_file"; } \
           | sha256sum | cut -c1-16)
 # The label is inherited by every image built on the base: the build layers are found by it.
 changes+=(--change "LABEL ticdc-applier.stand-in-base=$recipe")
