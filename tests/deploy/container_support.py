@@ -41,7 +41,9 @@ NOT_FOR_PODMAN_RUN = {"build", "image", "restart", "ports", "depends_on", "profi
 def podman(*args: str, check: bool = True, timeout: float = 600, **kw: Any) -> subprocess.CompletedProcess:
     done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, **kw)
     if check and done.returncode != 0:
-        raise AssertionError(f"podman {shlex.join(args)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+        raise AssertionError(
+            f"podman {shlex.join(args)} exited {done.returncode}: {done.stderr.strip()[-2000:]}"
+        )
     return done
 
 
@@ -132,7 +134,9 @@ def service_run(
                 flags += ["--tmpfs", entry]
         elif key == "volumes":
             for entry in value:
-                assert isinstance(entry, str), f"{name}: only the short volume syntax is translated: {entry!r}"
+                assert isinstance(entry, str), (
+                    f"{name}: only the short volume syntax is translated: {entry!r}"
+                )
                 source, target, *mode = entry.split(":")
                 if source.startswith((".", "/")):  # a bind mount, relative to compose.yaml
                     source = str((DOCKER / source).resolve())

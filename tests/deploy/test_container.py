@@ -57,7 +57,7 @@ PORTS = range(19450, 19500)  # this test's HTTP endpoints (the host network is s
 
 
 def _say(line: str) -> None:
-    """Timings and sizes, in the test output (pytest -s) and its summary."""
+    """Timings and sizes, in the test output (shown with pytest -s, as make test-container runs it)."""
     print(f"[container] {line}", flush=True)
 
 
@@ -108,7 +108,9 @@ def database_user(mariadb_params: dict) -> Iterator[tuple[str, str]]:
         _drop_all(admin)
         with admin.cursor() as cur:
             cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (USER, password))
-            cur.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON `{CHECKPOINT}`.* TO %s@'%%'", (USER,))
+            cur.execute(
+                f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON `{CHECKPOINT}`.* TO %s@'%%'", (USER,)
+            )
             cur.execute(
                 "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES, CREATE VIEW, "
                 f"SHOW VIEW ON `{UPSTREAM}`.* TO %s@'%%'",
@@ -168,7 +170,11 @@ def backlog(images, podman_clean, feed: Changefeed, secret_file: Path) -> Simula
     holds the stream; the same stream is simulated here (same options, same seed) as the truth."""
     run = service_run("simulate", secrets={"db_password": secret_file}, volume_prefix=PREFIX)
     command = run.command
-    for option, value in (("--kafka-bootstrap", feed.bootstrap), ("--topic", feed.topic), ("--schema", UPSTREAM)):
+    for option, value in (
+        ("--kafka-bootstrap", feed.bootstrap),
+        ("--topic", feed.topic),
+        ("--schema", UPSTREAM),
+    ):
         command = _replace_option(command, option, value)
     started = time.monotonic()
     done = podman("run", "--rm", *run.flags, images["runtime"], *command, check=False, timeout=300)
