@@ -66,7 +66,7 @@ test-systemd: $(BIN)/.installed-test services
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/deploy/test_systemd.py
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider --tb=short tests/deploy/test_systemd.py
 
 bench: $(BIN)/.installed-test services
 	$(BIN)/python benchmarks/decode.py

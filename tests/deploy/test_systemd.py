@@ -43,13 +43,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pymysql
 import pytest
 
+from applier.codec.events import tso_physical_ms
 from applier.kafka.embedded_broker import EmbeddedBroker
-from applier.simulator import StreamConfig, simulate
+from applier.simulator import Simulation, StreamConfig, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from applier.simulator.verify import compare_downstream
 from tests.deploy.nspawn import CACHE, Container, booted
@@ -121,6 +123,14 @@ def edit_config(example: str, values: dict[str, str | None]) -> str:
 
 
 # -- the host's part -----------------------------------------------------------------------------
+
+
+def stream_ending_now() -> Simulation:
+    """A short simulated changefeed whose last commit is now, so that the lag shown is the real one."""
+    base = 1_700_000_000_000
+    cfg = StreamConfig(seed=45, partitions=2, transactions=150, schema=APP_SCHEMA, start_physical_ms=base)
+    span = tso_physical_ms(simulate(cfg).final_resolved_ts) - base
+    return simulate(replace(cfg, start_physical_ms=int(time.time() * 1000) - span))
 
 
 def build_wheel(command: str) -> Path:
@@ -223,7 +233,7 @@ class Unit:
         print(f"[{time.monotonic() - self.t0:6.1f}s] ok: {what}", flush=True)
 
     def fail(self, what: str) -> None:
-        pytest.fail(f"{what}\n{self.show()}\n--- journal of {UNIT}:\n{self.journal()}")
+        pytest.fail(f"{what}\n{self.show()}")  # the test prints the journal on the way out
 
     def wait(self, check: Callable[[dict[str, str]], bool], timeout: float, what: str) -> dict[str, str]:
         deadline = time.monotonic() + timeout
@@ -256,7 +266,6 @@ def test_the_documented_install_runs_under_systemd(
     for port in (HTTP_PORT, DB_PORT):
         assert port_refuses(port), f"port {port} is in use: this test needs it free"
     steps = documented_install()
-    sim = simulate(StreamConfig(seed=45, partitions=2, transactions=150, schema=APP_SCHEMA))
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / "pip").mkdir(exist_ok=True)
     proxy: TcpProxy | None = None
@@ -328,7 +337,9 @@ def test_the_documented_install_runs_under_systemd(
                     )
                 if " config check " in command:
                     assert command.startswith("systemd-run ") and "DynamicUser=yes" in command, command
-                    assert '"downstream_password": "environment' in done.stdout, done.stdout
+                    assert (
+                        '"downstream_password": "*** (variable APPLIER_DOWNSTREAM_PASSWORD)"' in done.stdout
+                    )
                     assert database not in done.stdout + done.stderr
                     print(
                         "         ok: config check as a transient user (the documented systemd-run)",
@@ -362,6 +373,7 @@ def test_the_documented_install_runs_under_systemd(
             unit.ok(f"activating while the topic is missing; STATUS= said {sorted(statuses)}")
             ensure_topic(broker.bootstrap, TOPIC, 2)
             topic_at = time.monotonic()
+            sim = stream_ending_now()
             produce_records(broker.bootstrap, TOPIC, sim.records)
             props = unit.wait(lambda p: p["ActiveState"] == "active", 60, "active once the topic exists")
             assert enable.wait(timeout=30) == 0, (scratch / "enable.log").read_text()
@@ -391,13 +403,13 @@ def test_the_documented_install_runs_under_systemd(
             finally:
                 conn.close()
             unit.ok(f"every row arrived ({len(sim.records)} records) through {USER}")
-            status = ""
-            deadline = time.monotonic() + 15
-            while "lag " not in status and time.monotonic() < deadline:
-                status = box.run(f"systemctl status {UNIT} --no-pager", check=False).stdout
+            shown = r"Status: \"active: applied up to ts \d+, lag [\d.]+s, [1-9]\d* rows applied\""
+            status, deadline = "", time.monotonic() + 15  # STATUS= is refreshed every 5 s
+            while not re.search(shown, status) and time.monotonic() < deadline:
                 time.sleep(1)
-            line = next((s.strip() for s in status.splitlines() if s.strip().startswith("Status:")), "")
-            assert re.search(r"Status: \"active: applied up to ts \d+, lag [\d.]+s", line), status
+                status = box.run(f"systemctl status {UNIT} --no-pager", check=False).stdout
+            line = next((s.strip() for s in status.splitlines() if s.strip().startswith("Status:")), status)
+            assert re.search(shown, line), status
             unit.ok(f"systemctl status shows {line}")
             main_pid = unit.show()["MainPID"]
             uid = box.run(f"awk '/^Uid:/ {{print $2}}' /proc/{main_pid}/status").stdout.strip()
@@ -417,6 +429,23 @@ def test_the_documented_install_runs_under_systemd(
             assert "Watchdog timeout" in unit.journal(200), unit.journal(200)
             took = time.monotonic() - frozen
             unit.ok(f"SIGSTOP: the watchdog killed it and systemd restarted it in {took:.1f}s")
+
+            # The password as a credential instead, with the drop-in of "Secrets and TLS" in the docs.
+            secrets = DOCS.read_text()[DOCS.read_text().index("## Secrets and TLS") :]
+            directives = re.findall(r"`((?:LoadCredential|Environment)=[^`]+)`", secrets)[:2]
+            assert [d.split("=")[0] for d in directives] == ["LoadCredential", "Environment"], directives
+            credential = directives[0].split(":", 1)[1]
+            box.run(f"install -m 0600 /dev/null {credential}")  # readable by root only, as the env file
+            (box.root / credential.lstrip("/")).write_text(database + "\n")
+            before = unit.show()["MainPID"]
+            box.run("sed -i '/^APPLIER_DOWNSTREAM_PASSWORD=/d' /etc/ticdc-applier/env")
+            (drop_in / "credential.conf").write_text("[Service]\n" + "\n".join(directives) + "\n")
+            box.run(f"systemctl daemon-reload && systemctl restart {UNIT}", timeout=60)
+            props = unit.wait(
+                lambda p: p["ActiveState"] == "active", 60, "active with the password as a credential"
+            )
+            assert props["MainPID"] != before, props
+            unit.ok(f"active again with the password as a credential ({'; '.join(directives)})")
 
             stopping = time.monotonic()
             box.run(f"systemctl stop {UNIT}", timeout=60)
