@@ -64,6 +64,9 @@ def rootfs() -> Path:
             timeout=900,
         )
         tmp.rename(path)  # another run may have made it meanwhile: keep theirs
+        for other in CACHE.glob("rootfs-*"):
+            if other != path:  # made for another package list
+                shutil.rmtree(other, ignore_errors=True)
     except OSError:
         if not (path / "usr/lib/systemd/systemd").exists():
             raise
