@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -637,12 +638,31 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             )
 
 
+def _unreadable(path: str, exc: OSError) -> str:
+    """Why ``path`` cannot be read, with who asks and who owns it: under systemd's DynamicUser=
+    the process runs as a user that exists only while it runs, so "permission denied" alone does
+    not tell the operator which side to change."""
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, PermissionError):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"{reason} (for uid {os.getuid()})"
+        return (
+            f"{reason} for uid {os.getuid()} (the file is mode {stat.S_IMODE(st.st_mode):04o}, "
+            f"owner {st.st_uid}:{st.st_gid}); make it readable by the service's user"
+        )
+    return reason
+
+
 def load_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {path}: {_unreadable(path, exc)}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     flat: dict[str, Any] = {}
