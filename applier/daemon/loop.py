@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import gc
 import signal
 import sys
@@ -39,6 +40,7 @@ from types import FrameType
 from typing import TypeVar
 
 from applier.apply.ddl import DDLExecutor
+from applier.apply.handoff import start_at_ts
 from applier.apply.startup import load_checkpoint, prepare_downstream, run_startup_step
 from applier.apply.window_applier import PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
@@ -288,6 +290,19 @@ class Daemon:
         owner = self.lock.owner_token
         ckpt = startup_step(
             lambda: load_checkpoint(self.downstream, self.store, ddl_executor, owner=owner, topic=cfg.topic)
+        )
+        ckpt = startup_step(  # --from-ts: a restored downstream's first start (applier.apply.handoff)
+            functools.partial(
+                start_at_ts,
+                self.downstream,
+                self.store,
+                ckpt,
+                from_ts=cfg.values.get("from_ts"),
+                topic=cfg.topic,
+                owner=owner,
+                before_commit=self.lock.ensure_held,
+                log=self.log,
+            )
         )
 
         topics = cfg.topics()

@@ -183,11 +183,15 @@ class Setting:
     parse: Callable[[str], Any] = str
     choices: tuple[str, ...] | None = None
     secret: bool = False
-    required: bool = False
+    required: bool | tuple[str, ...] = False
+    """True, or the commands that require it (``from_ts``: required by catchup, optional for run)."""
     flag_kind: str = "value"  # value | bool | kv (repeatable key=value) | list (repeatable, ordered)
     commands: tuple[str, ...] = ("run",)
     metavar: str = ""
     """Shown for the value in ``--help`` (list flags)."""
+
+    def required_by(self, command: str) -> bool:
+        return self.required is True or (isinstance(self.required, tuple) and command in self.required)
 
     @property
     def flag(self) -> str:
@@ -460,10 +464,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "from_ts",
         "TSO the downstream was restored at (BR/Dumpling backup): a TSO integer or an ISO-8601 time "
-        "(UTC unless it names a zone); rows committed at or before it are never applied",
+        "(UTC unless it names a zone); rows and DDLs committed at or before it are never applied. "
+        "catchup: required. run: a changefeed without a checkpoint starts as if it had one at this "
+        "ts (every partition read from its beginning); ignored once the checkpoint is at or above "
+        "it, refused when the checkpoint is below it (docs/quickstart.md)",
         parse=_parse_tso,
-        required=True,
-        commands=("catchup",),
+        required=("catchup",),
+        commands=("run", "catchup"),
     ),
     Setting(
         "until",
@@ -705,12 +712,18 @@ def resolve(
             values[name], sources[name] = s.convert(environ[s.env], f"variable {s.env}"), "environment"
         elif name in file_values:
             values[name], sources[name] = s.convert(file_values[name], f"file {file_path}"), "file"
-        elif s.required:
+        elif s.required_by(command):
             raise ConfigError(
                 f"{name} is required: pass {s.flag}, set {s.env} or put {name} in the config file"
             )
         else:
             values[name], sources[name] = s.default, "default"
+    if command == "run" and values.get("from_ts") is not None and values.get("start") == "latest":
+        raise ConfigError(
+            "from_ts and start = latest contradict each other: from_ts reads every partition from its "
+            "beginning and skips what the restored downstream holds; latest would skip the changes "
+            "made after it; drop start"
+        )
     if sources.get("kafka_config") in ("flag", "environment") and "kafka_config" in file_values:
         # Pass-through settings merge: file first, then the flag or variable, key by key.
         merged = _parse_kv_list(file_values["kafka_config"])
