@@ -30,12 +30,14 @@ services:
 	  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd; \
 	  for i in $$(seq 1 60); do mariadb-admin --host=127.0.0.1 --user=root ping >/dev/null 2>&1 && break; sleep 0.5; done; }
 
-# Programs the operations tests run (tests/unit/test_ops_systemd.py, tests/integration/test_ops_tls.py):
-# systemd-analyze (systemd), openssl, mariadb-install-db/mariadbd (mariadb-server). Installed with
-# apt-get when missing, so a fresh machine gets them from `make test`.
+# Programs the operations tests run (tests/unit/test_ops_systemd.py, tests/integration/test_ops_tls.py,
+# tests/unit/test_ops_alerts.py): systemd-analyze (systemd), openssl, mariadb-install-db/mariadbd
+# (mariadb-server), promtool (prometheus). Installed with apt-get when missing, so a fresh machine gets
+# them from `make test`.
 tools:
 	@missing=""; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 	if [ -n "$$missing" ]; then \
