@@ -158,9 +158,15 @@ def build_wheel(command: str) -> Path:
                 shutil.copy2(ROOT / name, Path(tmp) / name)
         argv = shlex.split(command)
         assert argv[0] == "python3", command
-        subprocess.run(
-            [sys.executable, *argv[1:]], cwd=tmp, check=True, stdin=subprocess.DEVNULL, timeout=900
+        built = subprocess.run(
+            [sys.executable, *argv[1:]],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=900,
         )
+        assert built.returncode == 0, f"{command} exited {built.returncode}\n{built.stdout}{built.stderr}"
         cached.mkdir(parents=True, exist_ok=True)
         (wheel,) = Path(tmp, "dist").glob("ticdc_applier-*.whl")
         shutil.copy2(wheel, cached / wheel.name)
