@@ -1,8 +1,9 @@
 """A booted Debian under systemd-nspawn, for the test of the systemd unit (tests/deploy/test_systemd.py).
 
 The root file system is made once by ``mmdebstrap`` from Debian's packages and kept in the cache
-directory (a second run on the same machine boots in seconds); every test boots a copy of it, so
-nothing a test installs survives it. The container shares the host's network (MariaDB and the
+directory (a second run on the same machine boots in seconds); every test boots an overlay of it
+(the kernel's overlayfs, the writes going to the test's scratch directory), so nothing a test
+installs survives it, and no copy of 250 MB is made. The container shares the host's network (MariaDB and the
 broker the test starts are at 127.0.0.1) and is run without machined (``--register=no
 --keep-unit``: the host need not run systemd), so commands are run inside with ``nsenter`` into
 the namespaces of its init: ``systemctl`` and ``journalctl`` then talk to the container's systemd.
@@ -90,10 +91,14 @@ class Container:
         self.leader = 0
 
     def prepare(self) -> Path:
-        """Copy the cached root file system; returns the copy's root, where files may be added before boot."""
+        """Mount the overlay of the cached root file system; returns its root, where files may be
+        added before boot."""
         _need("systemd-nspawn", "nsenter")
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["cp", "-a", "--reflink=auto", str(rootfs()), str(self.root)], check=True)
+        lower = rootfs()
+        for part in ("upper", "work", "root"):
+            (self.scratch / part).mkdir(parents=True, exist_ok=True)
+        options = f"lowerdir={lower},upperdir={self.scratch / 'upper'},workdir={self.scratch / 'work'}"
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(self.root)], check=True)
         return self.root
 
     def boot(self, timeout: float = 60.0) -> None:
@@ -104,21 +109,18 @@ class Container:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         deadline = time.monotonic() + timeout
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         while not self.leader:
             assert self.process.poll() is None, f"systemd-nspawn exited: {self.console()}"
             assert time.monotonic() < deadline, f"no init in the container: {self.console()}"
-            with contextlib.suppress(OSError):
-                pids = children.read_text().split()
-                self.leader = int(pids[0]) if pids else 0
+            self.leader = _container_init(self.process.pid)
             time.sleep(0.05)
         while True:
-            state = self.run(
-                "systemctl is-system-running --wait", check=False, timeout=timeout
-            ).stdout.strip()
-            if state in ("running", "degraded"):
+            done = self.run("systemctl is-system-running --wait", check=False, timeout=timeout)
+            if done.stdout.strip() in ("running", "degraded"):
                 return
-            assert time.monotonic() < deadline, f"the container's system is {state!r}: {self.console()}"
+            assert time.monotonic() < deadline, (
+                f"the container's system is {done.stdout.strip()!r} {done.stderr}: {self.console()}"
+            )
             time.sleep(0.2)
 
     def run(
@@ -197,7 +199,40 @@ class Container:
                     self.process.kill()
                     self.process.wait(timeout=timeout)
         finally:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            remove_scratch(self.scratch)
+
+
+def remove_scratch(scratch: Path) -> None:
+    """Unmount the overlay and remove the scratch directory (never through a mounted root)."""
+    root = scratch / "root"
+    if os.path.ismount(root):
+        subprocess.run(["umount", str(root)], check=False)
+        if os.path.ismount(root):  # still busy: detach it, it goes once the last user is gone
+            subprocess.run(["umount", "--lazy", str(root)], check=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def remove_stale_scratch(parent: Path, prefix: str, older_than: float = 3600.0) -> None:
+    """What a killed run left in ``parent`` (an overlay still mounted, its upper layer)."""
+    for old in parent.glob(f"{prefix}*"):
+        if old.is_dir() and time.time() - old.stat().st_mtime > older_than:
+            remove_scratch(old)
+
+
+def _container_init(nspawn: int) -> int:
+    """The host pid of the container's init: the descendant of systemd-nspawn that is pid 1 of its own
+    PID namespace (nspawn forks helpers first, which exit), or 0 while there is none yet."""
+    todo = [nspawn]
+    while todo:
+        pid = todo.pop()
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{pid}/status").read_text()
+            nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+            if pid != nspawn and nspid[-1:] == ["1"]:
+                return pid
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return 0
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ from applier.kafka.embedded_broker import EmbeddedBroker
 from applier.simulator import Simulation, StreamConfig, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from applier.simulator.verify import compare_downstream
-from tests.deploy.nspawn import CACHE, Container, booted
+from tests.deploy.nspawn import CACHE, Container, booted, remove_stale_scratch
 from tests.integration.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -275,6 +275,7 @@ def test_the_documented_install_runs_under_systemd(
         assert port_refuses(port), f"port {port} is in use: this test needs it free"
     steps = documented_install()
     CACHE.mkdir(parents=True, exist_ok=True)
+    remove_stale_scratch(CACHE, "sysd-")
     proxy: TcpProxy | None = None
     scratch = Path(tempfile.mkdtemp(prefix="sysd-", dir=CACHE))
     unit: Unit | None = None
