@@ -15,6 +15,7 @@ the namespaces of its init: ``systemctl`` and ``journalctl`` then talk to the co
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import shlex
@@ -107,7 +108,9 @@ class Container:
         args += ["--register=no", "--keep-unit", "--console=read-only"]
         args += [f"--bind={host}:{inside}" for host, inside in self.binds.items()]
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self.process = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_halt_with_parent
+            )
         deadline = time.monotonic() + timeout
         while not self.leader:
             assert self.process.poll() is None, f"systemd-nspawn exited: {self.console()}"
@@ -217,6 +220,12 @@ def remove_stale_scratch(parent: Path, prefix: str, older_than: float = 3600.0) 
     for old in parent.glob(f"{prefix}*"):
         if old.is_dir() and time.time() - old.stat().st_mtime > older_than:
             remove_scratch(old)
+
+
+def _halt_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the test's process dies (killed, it runs no cleanup),
+    which makes systemd-nspawn halt the container rather than leave it running."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _container_init(nspawn: int) -> int:

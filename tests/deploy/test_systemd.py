@@ -23,6 +23,7 @@ Checks, one line each with the time since the unit was started:
 * ``systemctl status`` shows the STATUS= line with the lag; every row arrives;
 * the daemon runs as a transient user, not root; the Documentation= file exists;
 * SIGSTOP of the main process: the watchdog kills it and systemd starts it again;
+* the password moved to a credential, with the drop-in of "Secrets and TLS": active again;
 * ``systemctl stop`` exits 0 within TimeoutStopSec, the main process with status 0;
 * ``systemd-analyze security`` is printed (the exposure score).
 
