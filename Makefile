@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint services tools bench clean container-tools test-container
+.PHONY: demo test lint services tools bench clean test-deploy test-systemd container-tools test-container
 
 # The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
 # Installing compiles the hot loops (setup.py): a changed .pyx or .pxd reinstalls.
@@ -30,12 +30,14 @@ services:
 	  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd; \
 	  for i in $$(seq 1 60); do mariadb-admin --host=127.0.0.1 --user=root ping >/dev/null 2>&1 && break; sleep 0.5; done; }
 
-# Programs the operations tests run (tests/unit/test_ops_systemd.py, tests/integration/test_ops_tls.py):
-# systemd-analyze (systemd), openssl, mariadb-install-db/mariadbd (mariadb-server). Installed with
-# apt-get when missing, so a fresh machine gets them from `make test`.
+# Programs the operations tests run (tests/unit/test_ops_systemd.py, tests/integration/test_ops_tls.py,
+# tests/unit/test_ops_alerts.py): systemd-analyze (systemd), openssl, mariadb-install-db/mariadbd
+# (mariadb-server), promtool (prometheus). Installed with apt-get when missing, so a fresh machine gets
+# them from `make test`.
 tools:
 	@missing=""; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 	if [ -n "$$missing" ]; then \
@@ -55,7 +57,7 @@ container-tools:
 	fi
 
 test-container: $(BIN)/.installed-test services container-tools
-	$(BIN)/python -m pytest -q -p no:cacheprovider -s --durations=0 tests/deploy/test_container.py
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider --tb=short --durations=0 tests/deploy/test_container.py
 
 demo: $(BIN)/.installed-demo services
 	$(BIN)/applier demo
@@ -65,6 +67,22 @@ lint: $(BIN)/.installed-test
 
 test: $(BIN)/.installed-test tools services lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+
+# The deployments under real engines, apart from `make test` (root, a few minutes): .ci/run runs them.
+test-deploy: test-systemd test-container
+
+# The unit under a real systemd (tests/deploy/test_systemd.py): a Debian rootfs made by mmdebstrap and
+# booted by systemd-nspawn, cached under /var/cache/ticdc-applier-tests/systemd. Both programs are
+# installed with apt-get when missing.
+test-systemd: $(BIN)/.installed-test services
+	@missing=""; \
+	command -v systemd-nspawn >/dev/null 2>&1 || missing="$$missing systemd-container"; \
+	command -v mmdebstrap >/dev/null 2>&1 || missing="$$missing mmdebstrap"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider --tb=short tests/deploy/test_systemd.py
 
 bench: $(BIN)/.installed-test services
 	$(BIN)/python benchmarks/decode.py

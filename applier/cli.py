@@ -74,17 +74,29 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     demo = sub.add_parser(
-        "demo", help="embedded broker + simulated stream + applier, end to end, then a check"
+        "demo",
+        help="embedded broker + simulated stream + applier, end to end, then a check; drops and "
+        "rewrites --schema",
+        description="Embedded broker, simulated stream, the real daemon, then a check that the "
+        "downstream equals the simulated upstream. Every run DROPS the schema --schema (default "
+        "applier_demo) and the checkpoint rows of changefeed applier-demo in ticdc_applier, and "
+        "writes them again; it prints the database it uses before it writes, and refuses a schema "
+        "holding anything the demo did not create.",
     )
     demo.add_argument(
         "--downstream",
         default=None,
-        help="mysql:// URL [env APPLIER_DOWNSTREAM; default mysql://root@127.0.0.1:3306/]",
+        help="mysql:// URL [env APPLIER_DOWNSTREAM; default mysql://root@127.0.0.1:3306/]; "
+        "printed, with where it came from, before anything is written",
     )
     demo.add_argument(
         "--decode-only", action="store_true", help="only decode the stream back and summarise it"
     )
-    _add_stream_options(demo)
+    _add_stream_options(
+        demo,
+        schema_help="schema the demo writes to, DROPPED and written again at every run; refused when it "
+        "holds a table the demo did not create (default applier_demo)",
+    )
 
     config = sub.add_parser("config", help="configuration tools")
     csub = config.add_subparsers(dest="config_command", metavar="ACTION")
@@ -103,11 +115,13 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_stream_options(p: argparse.ArgumentParser) -> None:
+def _add_stream_options(
+    p: argparse.ArgumentParser, schema_help: str = "upstream schema name (default applier_demo)"
+) -> None:
     p.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
     p.add_argument("--transactions", type=int, default=300, help="upstream transactions (default 300)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    p.add_argument("--schema", default="applier_demo", help="upstream schema name (default applier_demo)")
+    p.add_argument("--schema", default="applier_demo", help=schema_help)
     p.add_argument("--dispatcher", choices=("index-value", "table"), default="index-value")
     p.add_argument("--no-replays", action="store_true", help="do not simulate TiCDC failover replays")
     p.add_argument(

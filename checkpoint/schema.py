@@ -121,6 +121,11 @@ class CheckpointSchemaError(FatalError, RuntimeError):
     """The checkpoint schema cannot be used by this applier (e.g. written by a newer release)."""
 
 
+PRIVILEGES: Final = "SELECT, INSERT, UPDATE, DELETE, CREATE"
+"""What a job that writes a changefeed needs on the checkpoint schema (CREATE only until the
+tables exist); docs/operations.md, "The database user", says the same."""
+
+
 def quote_ident(name: str) -> str:
     """Backtick-quote an identifier, doubling backticks inside it."""
     return "`" + name.replace("`", "``") + "`"

@@ -12,24 +12,28 @@ The steps, in this order (each one needs the one before):
    resolved ts mean nothing for this one (a changed set of topics of the same changefeed goes on).
 
 Steps 1 and 3 write (the schema, the claim), so a downstream that is read-only or full for now
-fails them with a transient error; :func:`run_startup_step` rides that out the way the windows
-do, while a server that cannot be reached or refuses the login still stops the job at once with
-its one line (a wrong address or password is the likely cause at start).
+fails them with a transient error, and a server that does not answer yet (a boot where the
+database comes up after the applier) fails them too: :func:`run_startup_step` waits all of these
+out the way the windows do, saying what it waits for. What a restart cannot fix ends the job at
+once with its one line: a refused login or TLS handshake, a missing privilege (with the GRANT
+that gives it), a checkpoint of another topic.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from applier.apply.ddl import DDLExecutor, detect_dialect
-from applier.downstream.errors import DownstreamConnectError, is_transient
+from applier.downstream.errors import describe, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog, run_with_retry
-from applier.downstream.session import close_quietly, connect
+from applier.downstream.session import close_quietly, connect, privileges_needed
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from checkpoint import Checkpoint, CheckpointStore
+from checkpoint.schema import PRIVILEGES, quote_ident
 from sqlgen import Dialect
 
 T = TypeVar("T")
@@ -43,7 +47,8 @@ def prepare_downstream(downstream: DownstreamConfig, store: CheckpointStore) -> 
     """Create or check the checkpoint schema; return the server's SQL dialect."""
     conn = connect(downstream)
     try:
-        store.ensure_schema(conn)
+        with _checkpoint_privileges(conn, store):
+            store.ensure_schema(conn)
         return detect_dialect(conn)
     finally:
         close_quietly(conn)
@@ -55,7 +60,8 @@ def load_checkpoint(
     """Claim the checkpoint for ``owner``, settle an interrupted DDL, and read the checkpoint."""
     conn = connect(downstream)
     try:
-        store.claim(conn, owner)
+        with _checkpoint_privileges(conn, store):
+            store.claim(conn, owner)
         ddl_executor.settle(conn)  # a DDL a crash interrupted: recorded or forgotten
         ckpt = store.load(conn)
     finally:
@@ -71,6 +77,15 @@ def load_checkpoint(
             "use another --group-id or reset the checkpoint"
         )
     return ckpt
+
+
+def _checkpoint_privileges(conn: Any, store: CheckpointStore) -> contextlib.AbstractContextManager[None]:
+    return privileges_needed(
+        conn,
+        privileges=PRIVILEGES,
+        on=f"{quote_ident(store.schema)}.*",
+        purpose=f"on the checkpoint schema {store.schema!r}",
+    )
 
 
 def _same_changefeed(ckpt: Checkpoint, topic: str) -> bool:
@@ -91,8 +106,9 @@ def _same_changefeed(ckpt: Checkpoint, topic: str) -> bool:
 
 
 def startup_retryable(exc: BaseException) -> bool:
-    """Transient errors of a server that answered: replayed at start-up (see the module doc)."""
-    return is_transient(exc) and not isinstance(exc, DownstreamConnectError)
+    """What start-up waits out: every transient database error, a server that does not answer
+    included (see the module doc)."""
+    return is_transient(exc)
 
 
 def run_startup_step(
@@ -100,16 +116,22 @@ def run_startup_step(
     *,
     retry_log: RetryLog,
     on_retry: Callable[[BaseException], None] = lambda exc: None,
+    on_waiting: Callable[[str | None], None] = lambda reason: None,
+    waiting_for: str = "the downstream database",
+    retryable: Callable[[BaseException], bool] = startup_retryable,
     sleep: Callable[[float], None] = time.sleep,
     backoff: Backoff | None = None,
 ) -> T:
-    """Run a start-up step (it opens and closes its own session) until it succeeds; transient
-    errors are retried without end, logged by ``retry_log`` and passed to ``on_retry`` (the
-    metrics). ``sleep`` may raise to give up (the daemon's stop)."""
+    """Run a start-up step (it opens and closes what it uses) until it succeeds; errors that
+    ``retryable`` accepts are retried without end, with capped backoff, logged by ``retry_log``,
+    passed to ``on_retry`` (the metrics) and told to ``on_waiting`` as one line saying what the
+    start waits for (health, systemd's STATUS=); ``on_waiting(None)`` once it got through.
+    ``sleep`` may raise to give up (the daemon's stop)."""
 
     def failed(info: RetryInfo) -> None:
         on_retry(info.error)
         retry_log.failed(info)
+        on_waiting(f"waiting for {waiting_for}: {describe(info.error)}")
 
     result = run_with_retry(
         step,
@@ -118,8 +140,9 @@ def run_startup_step(
         max_time=None,
         backoff=backoff,
         on_retry=failed,
-        retryable=startup_retryable,
+        retryable=retryable,
         sleep=sleep,
     )
     retry_log.succeeded()
+    on_waiting(None)
     return result

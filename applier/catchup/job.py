@@ -35,6 +35,7 @@ import pyarrow as pa
 import pymysql
 
 from applier.apply.ddl import DDLExecutor
+from applier.apply.handoff import write_handoff
 from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.class_archive import ClassArchive, class_archive
@@ -69,7 +70,7 @@ from applier.settings.downstream import downstream_config
 from applier.settings.schema import Config
 from applier.stream.progress import ddl_key
 from applier.stream.table_filter import table_event_filter
-from checkpoint import Checkpoint, CheckpointStore, ddl_fields
+from checkpoint import Checkpoint, CheckpointStore
 from sqlgen import Dialect, TablePlan, plan_table
 
 # Writer buckets: the readers spread the rows for the writers over this many buckets by handle key
@@ -581,16 +582,19 @@ class CatchupJob:
 
         def unit(conn: pymysql.connections.Connection) -> None:
             with conn.cursor() as cur:
-                for ddl in ddls:
-                    self.store.record_ddl(cur, **ddl_fields(ddl))
-                self._write_checkpoint(
+                write_handoff(
                     cur,
-                    r,
-                    tables=tables,
+                    self.store,
+                    resolved_ts=r,
                     topic=self.topic,
+                    owner=self._owner(),
+                    tables=tables,
                     offsets=offsets,
-                    partition_resolved={p: max(ts, 0) for p, ts in resolved.items() if p in offsets},
+                    partition_resolved=resolved,
+                    ddls=ddls,
                 )
+                assert self.lock is not None
+                self.lock.ensure_held()
             conn.commit()
 
         self._retry(unit)

@@ -6,14 +6,16 @@ import json
 
 from applier.commands.run import report_configuration_error
 from applier.errors import EXIT_OK, ConfigurationError
+from applier.kafka.reader import check_consumer_config
 from applier.settings.downstream import downstream_config, password_source
 from applier.settings.schema import Config
 
 
 def run_config_check(cfg: Config) -> int:
-    try:  # the URL, TLS options, password file and routes are checked as `run` will use them
+    try:  # the URL, TLS options, password file, routes and librdkafka settings, as `run` checks them
         downstream = downstream_config(cfg)
         router = cfg.router()
+        check_consumer_config(cfg.group_id, cfg.kafka_config)
     except ConfigurationError as exc:
         return report_configuration_error(exc)
     doc = {

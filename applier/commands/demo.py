@@ -4,6 +4,13 @@ The demo starts the embedded broker, produces a simulated TiCDC stream (several 
 replays, duplicates, a DDL mid-stream, unique-key swaps, primary-key changes, a keyless table),
 decodes it back and prints a summary, applies it to the database with the real daemon, and
 finally checks that the downstream equals the simulator's upstream snapshot.
+
+Every run starts fresh: it drops the schema it writes (``--schema``) and the demo changefeed's
+checkpoint rows. So before it writes anything it says which database it writes to and where that
+choice came from (``--downstream``, ``APPLIER_DOWNSTREAM`` or the default: a variable set for
+another purpose must not go unnoticed), and it refuses a schema that holds anything the
+simulator does not create (a table or view by another name, a routine, an event), or a system
+or checkpoint schema: a typo in ``--schema`` must not drop someone's data.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from applier.settings.schema import ConfigError, resolve
 DEFAULT_DOWNSTREAM = "mysql://root@127.0.0.1:3306/"
 DEMO_GROUP = "applier-demo"
 DEMO_TOPIC = "ticdc-demo"
+DEMO_CHECKPOINT_SCHEMA = "ticdc_applier"
 
 
 def _stream_config(args: argparse.Namespace):
@@ -109,6 +117,66 @@ def _check_downstream(url: str) -> str | None:
     return None
 
 
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
+def _downstream_choice(args: argparse.Namespace, environ=os.environ) -> tuple[str, str]:
+    """The demo's database URL and where it came from (shown before anything is written)."""
+    if args.downstream:
+        return args.downstream, "--downstream"
+    if environ.get("APPLIER_DOWNSTREAM"):
+        return environ["APPLIER_DOWNSTREAM"], "APPLIER_DOWNSTREAM"
+    return DEFAULT_DOWNSTREAM, "the default"
+
+
+def foreign_objects(conn, schema: str) -> list[str]:
+    """What ``schema`` holds that the simulator never creates: tables and views by other names,
+    routines, events (the demo drops the schema whole). Empty when the schema does not exist."""
+    from applier.simulator.tables import simulated_table_names
+
+    ours = simulated_table_names()
+    found: list[str] = []
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+            "ORDER BY TABLE_NAME",
+            (schema,),
+        )
+        for name, kind in cur.fetchall():
+            if name not in ours or kind != "BASE TABLE":
+                found.append(f"{'view' if kind == 'VIEW' else 'table'} {name}")
+        cur.execute(
+            "SELECT ROUTINE_TYPE, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s",
+            (schema,),
+        )
+        found += [f"{kind.lower()} {name}" for kind, name in cur.fetchall()]
+        cur.execute("SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s", (schema,))
+        found += [f"event {name}" for (name,) in cur.fetchall()]
+    return found
+
+
+def _check_demo_schema(url: str, schema: str) -> None:
+    """Refuse (a configuration error, exit 2) a schema the demo must not drop."""
+    from applier.downstream.session import close_quietly, connect
+    from applier.downstream.url import DownstreamConfig
+
+    if schema.lower() in SYSTEM_SCHEMAS or schema == DEMO_CHECKPOINT_SCHEMA:
+        raise ConfigError(
+            f"applier demo drops --schema {schema!r} at every run: refused, a system or checkpoint schema"
+        )
+    conn = connect(DownstreamConfig.from_url(url))
+    try:
+        found = foreign_objects(conn, schema)
+    finally:
+        close_quietly(conn)
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise ConfigError(
+            f"applier demo drops --schema {schema!r} at every run, and {redact_url(url)} has it holding "
+            f"what the demo did not create ({shown}): refused; give another --schema"
+        )
+
+
 def _reset_demo_state(url: str, schema: str) -> None:
     """Drop the demo's upstream schema and checkpoint rows so every demo run starts fresh."""
     from applier.downstream.session import close_quietly, connect
@@ -120,7 +188,7 @@ def _reset_demo_state(url: str, schema: str) -> None:
     try:
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(schema)}")
-        store = CheckpointStore("ticdc_applier", DEMO_GROUP)
+        store = CheckpointStore(DEMO_CHECKPOINT_SCHEMA, DEMO_GROUP)
         store.ensure_schema(conn)
         store.reset(conn)
     finally:
@@ -135,12 +203,18 @@ def run_demo(args: argparse.Namespace) -> int:
     from applier.simulator import format_summary, produce_simulation, simulate
 
     stream_cfg = _stream_config(args)
-    url = args.downstream or os.environ.get("APPLIER_DOWNSTREAM") or DEFAULT_DOWNSTREAM
+    url, source = _downstream_choice(args)
     if not args.decode_only:
+        print(
+            f"downstream: {redact_url(url)} (from {source}); schema {args.schema!r} is dropped and "
+            f"written again there, with changefeed {DEMO_GROUP!r}'s checkpoint in {DEMO_CHECKPOINT_SCHEMA!r}",
+            flush=True,
+        )
         problem = _check_downstream(url)
         if problem:
             print(f"applier demo: {problem}", file=sys.stderr)
             return 1
+        _check_demo_schema(url, args.schema)
 
     print("== 1. embedded Kafka-protocol broker (tansu)")
     broker = start_broker()

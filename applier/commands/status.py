@@ -20,13 +20,13 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from applier.codec.events import tso_physical_ms
-from applier.downstream.errors import DownstreamConnectError
 from applier.downstream.lock import lock_name
-from applier.downstream.session import close_quietly, connect
-from applier.downstream.url import DownstreamConfigError
+from applier.downstream.session import close_quietly, connect, privileges_needed
+from applier.errors import ApplierError
 from applier.kafka.topics import TopicSet
 from applier.ops.redact import redact_text
 from applier.settings.downstream import downstream_config
+from checkpoint.schema import quote_ident
 from checkpoint.store import status_report
 
 EXIT_OK = 0
@@ -43,12 +43,19 @@ def tso_wall_time(ts: int) -> str | None:
 
 
 def collect(cfg: Any, *, now: float | None = None) -> dict[str, Any]:
-    """The status document of ``cfg.group_id`` (raises DownstreamConnectError/DownstreamConfigError)."""
+    """The status document of ``cfg.group_id`` (raises an ``ApplierError`` saying what is wrong:
+    the settings, the connection, a privilege)."""
     ds = downstream_config(cfg)
     now = time.time() if now is None else now
     conn = connect(ds, autocommit=True)
     try:
-        report = status_report(conn, cfg.checkpoint_schema, cfg.group_id, now=now)
+        with privileges_needed(
+            conn,
+            privileges="SELECT",
+            on=f"{quote_ident(cfg.checkpoint_schema)}.*",
+            purpose=f"to read the checkpoint schema {cfg.checkpoint_schema!r}",
+        ):
+            report = status_report(conn, cfg.checkpoint_schema, cfg.group_id, now=now)
         with conn.cursor() as cur:
             cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(cfg.checkpoint_schema, cfg.group_id),))
             (holder,) = cur.fetchone()
@@ -131,7 +138,7 @@ def run_status(cfg: Any, *, as_json: bool = False, out: TextIO | None = None) ->
     out = out or sys.stdout
     try:
         report = collect(cfg)
-    except (DownstreamConfigError, DownstreamConnectError, ValueError) as exc:
+    except (ApplierError, ValueError) as exc:
         print(f"applier status: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     if as_json:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import gc
 import signal
 import sys
@@ -39,6 +40,7 @@ from types import FrameType
 from typing import TypeVar
 
 from applier.apply.ddl import DDLExecutor
+from applier.apply.handoff import start_at_ts
 from applier.apply.startup import load_checkpoint, prepare_downstream, run_startup_step
 from applier.apply.window_applier import PendingApply, PreparedWindow, Stopping, WindowApplier
 from applier.codec.decoder import decode_record
@@ -47,7 +49,13 @@ from applier.downstream.lock import ActiveLock, LockSuspended, LockWait
 from applier.downstream.retry import RetryLog
 from applier.downstream.watch import StatementWatch
 from applier.errors import EXIT_FATAL, EXIT_OK, FatalError, InputError
-from applier.kafka.reader import PartitionReader, Record
+from applier.kafka.reader import (
+    BrokerUnreachable,
+    PartitionReader,
+    Record,
+    TopicMissing,
+    check_consumer_config,
+)
 from applier.large_messages.resolver import LargeMessageError, LargeMessageQueue
 from applier.large_messages.settings import LargeMessageSettings
 from applier.ops.logs import get_logger
@@ -166,6 +174,7 @@ class Daemon:
         self.tables = table_event_filter(cfg.table_filter(), self.log)
         self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
         self.router = cfg.router()  # route rules; raises ConfigurationError
+        check_consumer_config(cfg.group_id, cfg.kafka_config)  # raises ConfigurationError
         self.lock: ActiveLock | None = None
         self.reader: PartitionReader | None = None
         self.applier: WindowApplier | None = None
@@ -195,7 +204,7 @@ class Daemon:
             self.log.error("fatal: " + redact_text(str(exc)), error_type=type(exc).__name__)
             self.observer.on_error(type(exc).__name__)
             self.observer.on_state("failed")
-            return EXIT_FATAL
+            return exc.exit_code
         except Exception as exc:  # a bug: say so in one line plus the traceback, exit non-zero
             self.log.error("fatal: unexpected error: " + redact_text(repr(exc)), exc_info=True)
             self.observer.on_error(type(exc).__name__)
@@ -257,9 +266,14 @@ class Daemon:
         )
 
         def startup_step(step: Callable[[], T]) -> T:
-            """A read-only or full downstream at start is waited out (``run_startup_step``)."""
+            """A downstream that does not answer, or is read-only or full, at start is waited out
+            (``run_startup_step``)."""
             return run_startup_step(
-                step, retry_log=startup_log, on_retry=self.observer.on_retry, sleep=self._startup_sleep
+                step,
+                retry_log=startup_log,
+                on_retry=self.observer.on_retry,
+                on_waiting=self.observer.on_waiting,
+                sleep=self._startup_sleep,
             )
 
         dialect = startup_step(lambda: prepare_downstream(self.downstream, self.store))
@@ -277,6 +291,19 @@ class Daemon:
         ckpt = startup_step(
             lambda: load_checkpoint(self.downstream, self.store, ddl_executor, owner=owner, topic=cfg.topic)
         )
+        ckpt = startup_step(  # --from-ts: a restored downstream's first start (applier.apply.handoff)
+            functools.partial(
+                start_at_ts,
+                self.downstream,
+                self.store,
+                ckpt,
+                from_ts=cfg.values.get("from_ts"),
+                topic=cfg.topic,
+                owner=owner,
+                before_commit=self.lock.ensure_held,
+                log=self.log,
+            )
+        )
 
         topics = cfg.topics()
         self.reader = PartitionReader(
@@ -286,7 +313,7 @@ class Daemon:
             cfg.kafka_config,
             lost_offset_advice=self._lost_offset_advice(),
         )
-        partitions = self.reader.discover_partitions()
+        partitions = self._wait_for_topic(self.reader)
         key = self.reader.slots.key
         stored = {tp: o for tp, o in ckpt.topic_offsets.items() if topics.matches(tp[0])}
         has_checkpoint = ckpt.topic is not None or bool(ckpt.resolved_ts or stored)  # a window written
@@ -343,6 +370,35 @@ class Daemon:
         )
         self.observer.on_ready()
         return self._loop()
+
+    def _wait_for_topic(self, reader: PartitionReader) -> list[int]:
+        """The topic's partitions, once a broker answers and the topic exists: at boot the broker
+        may come up after the daemon, and TiCDC creates the topic only when the changefeed first
+        writes. Waited out like the database (capped backoff, one line then summaries)."""
+        log = RetryLog(
+            self.log,
+            report_seconds=float(self.cfg.retry_report_seconds),
+            action="waiting for the broker and the topic",
+            recovered="the topic is readable",
+            subject="Kafka",
+            classify=lambda exc: "topic_missing" if isinstance(exc, TopicMissing) else "broker_unreachable",
+        )
+
+        def discover() -> list[int]:
+            try:
+                return reader.discover_partitions(reader.METADATA_TIMEOUT)
+            except BrokerUnreachable:
+                reader.check_refused()  # a refused login looks the same: that one is not waited for
+                raise
+
+        return run_startup_step(
+            discover,
+            retry_log=log,
+            on_waiting=self.observer.on_waiting,
+            waiting_for=f"Kafka (topic {reader.topic!r})",
+            retryable=lambda exc: isinstance(exc, (BrokerUnreachable, TopicMissing)),
+            sleep=self._startup_sleep,
+        )
 
     def _startup_sleep(self, seconds: float) -> None:
         """The pause between start-up attempts; a stop request ends it (and the start-up) at once."""

@@ -13,7 +13,7 @@ from typing import Final
 
 import pymysql
 
-from applier.errors import FatalError
+from applier.errors import EXIT_USAGE, ConfigurationError, FatalError
 from sqlgen.errors import TRANSIENT_CLASSES, transient_class
 
 # Codes that mean "the server is not there" when they come from connect().
@@ -33,7 +33,23 @@ class DownstreamConnectError(FatalError):
 
 
 class DownstreamUnreachable(DownstreamConnectError):
-    """No server answered at the configured address (refused, unknown host, timeout, TLS failure)."""
+    """No server answered at the configured address (refused, unknown host, timeout), or it
+    answered that it cannot take a session now (too many connections, shutting down): transient."""
+
+
+class DownstreamRefused(DownstreamConnectError):
+    """The server answered and refused this client for good: the login (user, password, host) or
+    the TLS settings. Only the configuration can change that, so it exits as one (2)."""
+
+    exit_code = EXIT_USAGE
+
+
+PRIVILEGE_CODES: Final = frozenset({1044, 1142, 1143, 1227, 1370})
+"""Access denied to a database, a table, a column, for an operation (SUPER/PROCESS...), a routine."""
+
+
+class DownstreamPrivilegeError(ConfigurationError):
+    """The downstream user lacks a privilege a job needs; the message names the GRANT that gives it."""
 
 
 def error_code(exc: BaseException) -> int | None:

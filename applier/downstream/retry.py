@@ -153,7 +153,8 @@ class RetryLog:
     logs one line with the totals.
 
     ``failed`` and ``succeeded`` are called by the thread that runs the unit. ``action`` and
-    ``recovered`` word the lines for units that are not a transaction (the start-up's steps).
+    ``recovered`` word the lines for units that are not a transaction (the start-up's steps);
+    ``subject`` and ``classify`` for errors that are not the database's (the broker's at start-up).
     """
 
     log: Any
@@ -163,6 +164,8 @@ class RetryLog:
     clock: Callable[[], float] = time.monotonic
     action: str = "replaying the transaction"
     recovered: str = "the transaction committed after transient errors"
+    subject: str = "downstream"
+    classify: Callable[[BaseException], str] = retry_class
 
     def __post_init__(self) -> None:
         self._reset()
@@ -180,13 +183,13 @@ class RetryLog:
         now = self.clock()
         if self.failing_since is None:
             self.failing_since = now
-        cls = retry_class(info.error)
+        cls = self.classify(info.error)
         first = cls not in self._counts
         self._counts[cls] = self._counts.get(cls, 0) + 1
         failing = now - self.failing_since
         if first:
             self.log.warning(
-                f"transient downstream error, {self.action}",
+                f"transient {self.subject} error, {self.action}",
                 error_class=cls,
                 code=error_code(info.error),
                 error=describe(info.error),
@@ -199,7 +202,8 @@ class RetryLog:
         if crossed or now - self._last_line >= self.summary_seconds:
             self.log.log(
                 40 if crossed else 30,  # error once when it becomes a report, warnings otherwise
-                f"downstream still failing, {self.action}" + ("; reported as not ready" if crossed else ""),
+                f"{self.subject} still failing, {self.action}"
+                + ("; reported as not ready" if crossed else ""),
                 failing_s=round(failing, 1),
                 errors=self._totals(),
                 last_error=describe(info.error),
@@ -212,7 +216,7 @@ class RetryLog:
         if self.failing_since is None:
             return
         self.log.info(
-            f"downstream recovered: {self.recovered}",
+            f"{self.subject} recovered: {self.recovered}",
             failed_s=round(self.clock() - self.failing_since, 1),
             errors=self._totals(),
         )

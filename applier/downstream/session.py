@@ -42,15 +42,20 @@ import contextlib
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pymysql
 
 from applier.downstream.errors import (
+    PRIVILEGE_CODES,
     UNREACHABLE_CODES,
     DownstreamConnectError,
+    DownstreamPrivilegeError,
+    DownstreamRefused,
     DownstreamUnreachable,
+    describe,
     error_code,
     is_transient,
 )
@@ -59,12 +64,14 @@ from applier.downstream.url import DownstreamConfig
 __all__ = [
     "DEFAULT_SQL_MODE",
     "DownstreamConnectError",
+    "DownstreamRefused",
     "DownstreamUnreachable",
     "SessionRef",
     "close_quietly",
     "connect",
     "connection_id",
     "end_session",
+    "privileges_needed",
     "session_ref",
     "tls_kwargs",
 ]
@@ -156,14 +163,14 @@ def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.conne
         reason = _one_line(exc.args[1] if len(exc.args) > 1 else exc)
         tls_problem = _tls_failure(cfg, exc)
         if tls_problem is not None:  # permanent: retrying cannot fix a certificate
-            raise DownstreamConnectError(tls_problem, errno=code) from exc
-        if code in UNREACHABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
+            raise DownstreamRefused(tls_problem, errno=code) from exc
+        if code in UNREACHABLE_CODES or code in _BUSY_CODES or isinstance(exc, pymysql.err.InterfaceError):
             raise DownstreamUnreachable(
                 f"cannot reach the downstream database at {cfg.redacted()}: {reason}; {_HOW_TO_REPOINT}",
                 errno=code,
             ) from exc
         if code in (1044, 1045, 1698):
-            raise DownstreamConnectError(
+            raise DownstreamRefused(
                 f"the downstream database at {cfg.redacted()} refused the login ({code}: {reason}); "
                 f"check the user and the password (URL, APPLIER_DOWNSTREAM_PASSWORD or password_file)",
                 errno=code,
@@ -185,6 +192,39 @@ def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.conne
         close_quietly(conn)
         raise
     return conn
+
+
+_BUSY_CODES: Final = frozenset({1040, 1053})
+"""The server answered but takes no session now: too many connections, shutting down."""
+
+
+def current_account(conn: pymysql.connections.Connection) -> str:
+    """The account the server matched the login to, as a GRANT names it (``'applier'@'%'``)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        user, _, host = str(cur.fetchone()[0]).rpartition("@")
+    return f"{conn.escape(user)}@{conn.escape(host)}"
+
+
+@contextlib.contextmanager
+def privileges_needed(
+    conn: pymysql.connections.Connection, *, privileges: str, on: str, purpose: str
+) -> Iterator[None]:
+    """Turn a privilege error of the statements run inside into a configuration error that names
+    the GRANT statement giving what is missing: restarting cannot fix it, an operator can."""
+    try:
+        yield
+    except pymysql.err.MySQLError as exc:
+        if error_code(exc) not in PRIVILEGE_CODES:
+            raise
+        try:
+            account = current_account(conn)
+        except pymysql.err.MySQLError:
+            account = "the applier's user"
+        raise DownstreamPrivilegeError(
+            f"the downstream user {account} lacks a privilege {purpose} ({describe(exc)}); "
+            f"grant it with: GRANT {privileges} ON {on} TO {account}"
+        ) from None
 
 
 def _keep_alive(conn: pymysql.connections.Connection) -> None:

@@ -122,6 +122,7 @@ class KafkaClientLog:
         self._seen: dict[tuple[str, str | None], _Seen] = {}
         self.unreachable_since: float | None = None
         self.last_error: str | None = None
+        self.refused: str | None = None  # a broker refused the client's authentication (SASL)
         self.trace = False  # librdkafka's ``debug`` is set: its debug lines are wanted one by one
         self.logger = logging.Logger("applier.kafka.client", logging.DEBUG)  # not in logging's tree
         self.logger.propagate = False
@@ -153,6 +154,8 @@ class KafkaClientLog:
     def on_error(self, err: KafkaError) -> None:
         text = err.str()
         self.last_error = text
+        if err.code() == KafkaError._AUTHENTICATION:
+            self.refused = text
         if err.code() == _UNREACHABLE and self.unreachable_since is None:
             self.unreachable_since = now = self._clock()
             with self._lock:  # later reports of the same outage are repeats of this line

@@ -44,6 +44,7 @@ made after the probe, which the caller turns into a resolved ts (``drained``).
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -51,13 +52,58 @@ from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
-from applier.errors import FatalError
+from applier.errors import ConfigurationError, FatalError
 from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.topics import TopicSet, TopicSlots
 
 
 class KafkaReadError(FatalError, RuntimeError):
     """A fatal error from the Kafka client (unknown topic, authentication, ...)."""
+
+
+class BrokerUnreachable(KafkaReadError):
+    """No broker answered a metadata request: fatal where it is raised; the daemon's start-up
+    waits it out (a broker that is not up yet at boot)."""
+
+
+class TopicMissing(KafkaReadError):
+    """The broker answered, but the topic (or every topic of the set) does not exist yet: TiCDC
+    creates it when the changefeed first writes. The daemon's start-up waits for it."""
+
+
+class KafkaConfigError(ConfigurationError):
+    """librdkafka refused a setting (``--kafka-config``, ``[kafka]``): an unknown key or a bad value."""
+
+
+class KafkaRefused(ConfigurationError):
+    """A broker refused the client's authentication (SASL): the settings must change."""
+
+
+def new_consumer(conf: Mapping[str, Any]) -> Consumer:
+    """A librdkafka consumer; a setting it refuses is a configuration error naming the setting
+    (librdkafka checks every key when the client is made, before it connects)."""
+    try:
+        return Consumer(dict(conf))
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG:
+            raise KafkaConfigError(f"kafka_config: {_refused_setting(err.str())}") from None
+        raise
+
+
+_PROPERTY = re.compile(r'configuration property:? "([^"]*)"')
+
+
+def _refused_setting(text: str) -> str:
+    """librdkafka's complaint about a setting, without the value it quotes: the value may be a
+    password (``sasl.password``, a key's passphrase), and the name is what the operator needs."""
+    found = _PROPERTY.search(text)
+    if found is None:
+        return "librdkafka refuses a setting (check the names and values of [kafka] and --kafka-config)"
+    name = found.group(1)
+    if text.startswith("No such configuration property"):
+        return f"librdkafka knows no setting {name!r} (a typo, or a setting of another client)"
+    return f"librdkafka refuses the value of {name!r}"
 
 
 class OffsetOutOfRange(KafkaReadError):
@@ -149,19 +195,26 @@ def base_consumer_config(bootstrap: str, group_id: str, extra: Mapping[str, str]
     return conf
 
 
+_MISSING_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
+"""Metadata errors of a topic that does not exist yet, or is being created (no leader yet)."""
+
+
 def topic_partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
     """Partition ids of ``topic`` from the broker's metadata; a clear error when it cannot be read."""
     try:
         md = consumer.list_topics(topic, timeout=timeout)
     except KafkaException as exc:
-        raise KafkaReadError(
+        raise BrokerUnreachable(
             f"topic {topic!r}: no broker answered a metadata request within {timeout:.0f}s "
             f"({exc.args[0].str() if exc.args else exc})"
         ) from None
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None or not tmd.partitions:
-        reason = tmd.error if tmd is not None and tmd.error is not None else "no partitions"
-        raise KafkaReadError(f"topic {topic!r} is not available: {reason}")
+        error = None if tmd is None else tmd.error
+        if error is None or error.code() in _MISSING_TOPIC_CODES:
+            why = "does not exist" if error is None else f"does not exist yet ({error.str()})"
+            raise TopicMissing(f"topic {topic!r} {why}")
+        raise KafkaReadError(f"topic {topic!r} is not available: {error.str()}")
     return sorted(tmd.partitions)
 
 
@@ -171,7 +224,7 @@ def set_partitions(consumer: Any, topics: TopicSet, timeout: float) -> dict[str,
     try:
         md = consumer.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise KafkaReadError(
+        raise BrokerUnreachable(
             f"topics {topics.describe()!r}: no broker answered a metadata request within {timeout:.0f}s "
             f"({exc.args[0].str() if exc.args else exc})"
         ) from None
@@ -194,6 +247,15 @@ def is_fatal_kafka_error(err: KafkaError) -> bool:
     Everything else (broker down, leader moves, timeouts) librdkafka retries by itself.
     """
     return err.fatal() or err.code() in FATAL_TOPIC_CODES or err.code() in LOST_OFFSET_CODES
+
+
+def check_consumer_config(group_id: str, extra: Mapping[str, str] | None) -> None:
+    """Raise ``KafkaConfigError`` when librdkafka refuses a pass-through setting, before anything
+    is read or written: a client made without brokers checks every key and connects nowhere
+    (``log_level`` 0: it has nothing to say about the missing brokers)."""
+    conf = base_consumer_config("", group_id, extra)
+    del conf["bootstrap.servers"]
+    new_consumer({**conf, "log_level": 0}).close()
 
 
 class PartitionReader:
@@ -237,7 +299,7 @@ class PartitionReader:
         self.slots = TopicSlots(self.topics)
         self.client_log = client_log if client_log is not None else KafkaClientLog()
         if consumer is None:
-            consumer = Consumer(self.client_log.install(base_consumer_config(bootstrap, group_id, extra)))
+            consumer = new_consumer(self.client_log.install(base_consumer_config(bootstrap, group_id, extra)))
         self._consumer = consumer
         self.oracle: OffsetOracle = oracle if oracle is not None else self
         self.lost_offset_advice = lost_offset_advice
@@ -271,9 +333,20 @@ class PartitionReader:
         started = time.monotonic()
         found = set_partitions(self._consumer, self.topics, timeout)
         if not found:
-            raise KafkaReadError(f"no topic of {self.topic!r} exists (or none has partitions)")
+            raise TopicMissing(f"no topic of {self.topic!r} exists (or none has partitions)")
         self.listed_at = started
         return sorted(self.slots.slot(t, p) for t, parts in sorted(found.items()) for p in parts)
+
+    def check_refused(self) -> None:
+        """Serve the client's pending events (nothing is assigned yet: no record is fetched) and
+        raise ``KafkaRefused`` when a broker refused its authentication: to a metadata request
+        that looks like no broker answering, and waiting would never end."""
+        self._consumer.poll(0)
+        if self.client_log.refused is not None:
+            raise KafkaRefused(
+                f"Kafka refused the client's authentication ({self.client_log.refused}); check "
+                "security.protocol and the sasl.* settings of [kafka] / --kafka-config"
+            )
 
     def new_partitions(self, now: float | None = None) -> list[int]:
         """Partitions the topic has now and that are not assigned, at most every PARTITION_CHECK_SECONDS.

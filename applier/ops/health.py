@@ -16,7 +16,8 @@ Definitions (the operations documentation repeats them):
   read or applied, or every partition was read to its end, within ``stall_seconds``. A standby is
   alive but not ready, and says so. Not ready either while no Kafka broker is reachable
   (``applier.kafka.client_log``: from librdkafka's "all brokers down" until a broker answers
-  again), however short the outage. A single deadlock or a reconnect that succeeds at once is
+  again), however short the outage; nor while the start-up waits for the database, a broker or
+  the topic (the reason says which and since when). A single deadlock or a reconnect that succeeds at once is
   normal operation and does not make the daemon unready.
 * **waiting healthily** (the systemd watchdog criterion) — alive, and in the active loop also not
   stalled: a loop that spins without reading or applying anything for ``stall_seconds`` while
@@ -76,12 +77,22 @@ class Health(Observer):
         self.applied_ts = 0
         self.kafka_unreachable_since: float | None = None  # the reader's clock: monotonic, as ours
         self.kafka_error: str | None = None
+        self.waiting: str | None = None  # what the start-up waits for (``on_waiting``)
+        self.waiting_since: float | None = None
 
     # -- hooks (daemon thread) ----------------------------------------------------------------
     def on_state(self, state: str) -> None:
         self.state = state
         if state != "active":
             self.loop_started = False
+
+    def on_waiting(self, reason: str | None) -> None:
+        if reason is None:
+            self.waiting = self.waiting_since = None
+            return
+        if self.waiting_since is None:
+            self.waiting_since = self._clock()
+        self.waiting = reason
 
     def on_ready(self) -> None:
         now = self._clock()
@@ -175,6 +186,9 @@ class Health(Observer):
             return Verdict(False, live.status, detail)
         if self.state == "standby":
             return Verdict(False, "standby", {**detail, "reason": "another instance is active"})
+        if self.waiting is not None and self.waiting_since is not None:
+            reason = f"{self.waiting} (for {now - self.waiting_since:.0f} s)"
+            return Verdict(False, "waiting", {**detail, "reason": reason})
         if self.state != "active" or not self.loop_started:
             return Verdict(False, self.state, detail)
         wait = min(self.waits, key=lambda w: w.since, default=None)  # the longest

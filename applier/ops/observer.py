@@ -27,6 +27,10 @@ class Observer:
     def on_state(self, state: str) -> None:
         """``starting`` | ``standby`` | ``active`` | ``stopping`` | ``failed``."""
 
+    def on_waiting(self, reason: str | None) -> None:
+        """The start-up waits for something that is not there yet (``reason`` says what and why:
+        the database, the broker, the topic); ``None`` once it is."""
+
     def on_ready(self) -> None:
         """Broker and database answer, the checkpoint is loaded, partitions are assigned."""
 
@@ -75,6 +79,9 @@ class Observers(Observer):
 
     def on_state(self, state: str) -> None:
         self._call("on_state", state)
+
+    def on_waiting(self, reason: str | None) -> None:
+        self._call("on_waiting", reason)
 
     def on_ready(self) -> None:
         self._call("on_ready")

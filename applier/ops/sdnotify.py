@@ -11,7 +11,9 @@ What the daemon sends and when:
 * ``READY=1`` once the broker and the database answer and the checkpoint is loaded (``on_ready``);
   a standby sends it when it starts waiting, since its start-up is complete too (otherwise
   systemd would time its start out);
-* ``STATUS=...`` with the state and the current lag, at most every few seconds;
+* ``STATUS=...`` with the state and the current lag, at most every few seconds; while the start-up
+  waits for the database, a broker or the topic, what it waits for, with ``EXTEND_TIMEOUT_USEC=``
+  at every attempt so that systemd's start timeout measures a start that hangs, not one that waits;
 * ``WATCHDOG=1`` from the main loop's tick while it makes progress or waits healthily (see
   :mod:`applier.ops.health`), plus, from a helper thread, while the loop is legitimately elsewhere:
   waiting as a standby, taking over, or waiting for the database to finish a window;
@@ -87,6 +89,9 @@ class SystemdObserver(Observer):
     """Translates the daemon's hooks into READY/STATUS/WATCHDOG/STOPPING notifications."""
 
     STATUS_EVERY = 5.0
+    WAIT_EXTEND_SECONDS = 60
+    """Each start-up attempt moves systemd's start timeout this far ahead: more than the longest
+    pause between two attempts (the backoff's cap) plus one attempt (a connect timeout)."""
 
     def __init__(
         self,
@@ -184,6 +189,14 @@ class SystemdObserver(Observer):
             self.notifier.send(f"STATUS=failed: {self.health.last_error or 'fatal error'}")
         elif state == "active" and self._ready_sent:
             self.notifier.send("STATUS=active: took over; loading the checkpoint")
+
+    def on_waiting(self, reason: str | None) -> None:
+        if reason is None:
+            return
+        self.notifier.send(
+            f"STATUS={self.health.state}: {reason}"[:1024],
+            f"EXTEND_TIMEOUT_USEC={self.WAIT_EXTEND_SECONDS * 1_000_000}",
+        )
 
     def on_ready(self) -> None:
         self._send_ready()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -182,11 +183,15 @@ class Setting:
     parse: Callable[[str], Any] = str
     choices: tuple[str, ...] | None = None
     secret: bool = False
-    required: bool = False
+    required: bool | tuple[str, ...] = False
+    """True, or the commands that require it (``from_ts``: required by catchup, optional for run)."""
     flag_kind: str = "value"  # value | bool | kv (repeatable key=value) | list (repeatable, ordered)
     commands: tuple[str, ...] = ("run",)
     metavar: str = ""
     """Shown for the value in ``--help`` (list flags)."""
+
+    def required_by(self, command: str) -> bool:
+        return self.required is True or (isinstance(self.required, tuple) and command in self.required)
 
     @property
     def flag(self) -> str:
@@ -459,10 +464,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "from_ts",
         "TSO the downstream was restored at (BR/Dumpling backup): a TSO integer or an ISO-8601 time "
-        "(UTC unless it names a zone); rows committed at or before it are never applied",
+        "(UTC unless it names a zone); rows and DDLs committed at or before it are never applied. "
+        "catchup: required. run: a changefeed without a checkpoint starts as if it had one at this "
+        "ts (every partition read from its beginning); ignored once the checkpoint is at or above "
+        "it, refused when the checkpoint is below it (docs/quickstart.md)",
         parse=_parse_tso,
-        required=True,
-        commands=("catchup",),
+        required=("catchup",),
+        commands=("run", "catchup"),
     ),
     Setting(
         "until",
@@ -637,12 +645,31 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             )
 
 
+def _unreadable(path: str, exc: OSError) -> str:
+    """Why ``path`` cannot be read, with who asks and who owns it: under systemd's DynamicUser=
+    the process runs as a user that exists only while it runs, so "permission denied" alone does
+    not tell the operator which side to change."""
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, PermissionError):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"{reason} (for uid {os.getuid()})"
+        return (
+            f"{reason} for uid {os.getuid()} (the file is mode {stat.S_IMODE(st.st_mode):04o}, "
+            f"owner {st.st_uid}:{st.st_gid}); make it readable by the service's user"
+        )
+    return reason
+
+
 def load_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {path}: {_unreadable(path, exc)}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     flat: dict[str, Any] = {}
@@ -685,12 +712,18 @@ def resolve(
             values[name], sources[name] = s.convert(environ[s.env], f"variable {s.env}"), "environment"
         elif name in file_values:
             values[name], sources[name] = s.convert(file_values[name], f"file {file_path}"), "file"
-        elif s.required:
+        elif s.required_by(command):
             raise ConfigError(
                 f"{name} is required: pass {s.flag}, set {s.env} or put {name} in the config file"
             )
         else:
             values[name], sources[name] = s.default, "default"
+    if command == "run" and values.get("from_ts") is not None and values.get("start") == "latest":
+        raise ConfigError(
+            "from_ts and start = latest contradict each other: from_ts reads every partition from its "
+            "beginning and skips what the restored downstream holds; latest would skip the changes "
+            "made after it; drop start"
+        )
     if sources.get("kafka_config") in ("flag", "environment") and "kafka_config" in file_values:
         # Pass-through settings merge: file first, then the flag or variable, key by key.
         merged = _parse_kv_list(file_values["kafka_config"])

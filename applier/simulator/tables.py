@@ -518,6 +518,13 @@ def workload_tables(
     return tables
 
 
+def simulated_table_names() -> frozenset[str]:
+    """Every table name the simulator may create, whatever its options: how ``applier demo``
+    recognises a schema it made (it drops that schema at every run, and no other)."""
+    every = workload_tables(include_keyless=True, partitioned=True, wide=True)
+    return frozenset({t.name for t in every} | {LATE_TABLE, BULK_TABLE})
+
+
 ADDED_COLUMN_TABLE = "composite"
 ADDED_COLUMN = int_column("extra", "INT", nullable=False, default_sql="7", default=7, int_range=(-1000, 1000))
 

@@ -9,6 +9,7 @@ table), on a private TLS server, through every failure the daemon can be driven 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -24,7 +25,7 @@ from applier.simulator import StreamConfig, produce_simulation, simulate
 from applier.simulator.producer import produce_records
 from applier.simulator.stream import SimRecord
 from tests.builders import frame_docs
-from tests.integration.harness import Changefeed, read_log, stop
+from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 from tests.integration.ops_support import http_base, http_get, wait_until
 from tests.integration.private_mariadb import PrivateMariaDB, start_private_mariadb
 
@@ -124,12 +125,15 @@ def test_no_output_contains_the_password(feed: Changefeed, db_user, monkeypatch,
     assert check.returncode == 0, check.stderr
     outputs += [check.stdout, check.stderr]
 
-    # 4. Failures: an unreachable server and a refused login, with the password in the URL.
+    # 4. Failures: an unreachable server (waited for) and a refused login, with the password in
+    # the URL.
     feed.downstream = f"mysql://{user}:{password}@127.0.0.1:1/"
-    done = feed.run_to_end(timeout=60)
-    assert done.returncode != 0
-    assert "cannot reach the downstream database" in done.stderr + done.stdout
-    outputs += [done.stdout, done.stderr]
+    waiting = feed.start("--http-listen", "off")
+    try:
+        outputs.append(wait_for_output(waiting, "cannot reach the downstream database", 30))
+    finally:
+        stop(waiting, signal.SIGTERM)
+    outputs.append(read_log(waiting))
     feed.downstream = in_url.replace(password, password + "-wrong")
     done = feed.run_to_end(timeout=60)
     assert done.returncode != 0
@@ -245,14 +249,23 @@ def test_no_secret_in_any_output_of_any_error_path(broker, tls_server, tmp_path)
 
         key_is_password = tmp_path / "not-a-key.pem"
         key_is_password.write_text(password + "\n" + sasl_password + "\n")
-        runs = {
-            "refused the login": other().start(env={"APPLIER_DOWNSTREAM_PASSWORD": password + "-wrong"}),
+        waits = {  # waited out at start-up: seen in the log, then stopped
             "cannot reach the downstream database": replace(
                 other(), downstream=f"mysql://applier@127.0.0.1:{free_port()}/"
             ).start(env=with_password),
             "Broker transport failure": replace(other(), bootstrap=f"127.0.0.1:{free_port()}").start(
                 env=with_password
             ),
+        }
+        try:
+            for expected, run in waits.items():
+                outputs.append(wait_for_output(run, expected, 60))
+        finally:
+            for run in waits.values():
+                stop(run, signal.SIGTERM)
+                outputs.append(read_log(run))
+        runs = {
+            "refused the login": other().start(env={"APPLIER_DOWNSTREAM_PASSWORD": password + "-wrong"}),
             "SASL": other().start(
                 env={
                     **with_password,

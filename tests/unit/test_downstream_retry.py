@@ -186,11 +186,12 @@ def test_retry_log_says_each_class_once_then_sums_up_and_says_when_it_is_over() 
     assert len(lines.lines) == 6 and rlog.failing_since is None
 
 
-def test_start_up_steps_ride_out_a_read_only_server_but_not_an_unreachable_one() -> None:
+def test_start_up_steps_wait_for_a_server_that_is_read_only_full_or_not_there_but_not_a_refusal() -> None:
     """applier.apply.startup.run_startup_step: the schema and the claim write; a server that is
-    read-only or full for now is waited out, one that cannot be reached stops the start at once."""
+    read-only or full for now, or that does not answer yet, is waited out (and said so to
+    ``on_waiting``); a refused login stops the start at once."""
     from applier.apply.startup import run_startup_step
-    from applier.downstream.errors import DownstreamUnreachable
+    from applier.downstream.errors import DownstreamRefused, DownstreamUnreachable
 
     read_only = pymysql.err.OperationalError(
         1290, "The MariaDB server is running with the --read-only option"
@@ -210,7 +211,20 @@ def test_start_up_steps_ride_out_a_read_only_server_but_not_an_unreachable_one()
         "transient downstream error, retrying the start-up",  # another class: disk_full
         "downstream recovered: it goes on",
     ]
-    unreachable = Unit(DownstreamUnreachable("cannot reach the downstream database", errno=2003))
-    with pytest.raises(DownstreamUnreachable):
-        run_startup_step(unreachable, retry_log=log, sleep=lambda s: None, backoff=FAST)
-    assert unreachable.calls == 1
+    unreachable = Unit(*[DownstreamUnreachable("cannot reach the downstream database", errno=2003)] * 3)
+    waiting: list[str | None] = []
+    assert (
+        run_startup_step(
+            unreachable, retry_log=log, on_waiting=waiting.append, sleep=lambda s: None, backoff=FAST
+        )
+        == "done"
+    )
+    assert unreachable.calls == 4
+    assert waiting == [
+        *["waiting for the downstream database: (2003) cannot reach the downstream database"] * 3,
+        None,
+    ]
+    refused = Unit(DownstreamRefused("refused the login", errno=1045))
+    with pytest.raises(DownstreamRefused):
+        run_startup_step(refused, retry_log=log, sleep=lambda s: None, backoff=FAST)
+    assert refused.calls == 1 and DownstreamRefused.exit_code == 2

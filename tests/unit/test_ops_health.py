@@ -146,3 +146,19 @@ def test_health_is_unready_while_no_kafka_broker_is_reachable() -> None:
     assert h.alive().ok  # waiting for the broker is alive: no restart
     h.on_tick(FakeBarrier(), FakeReader(at_end=True), progressed=False)
     assert h.ready().ok
+
+
+def test_health_says_what_the_start_up_waits_for_and_since_when() -> None:
+    clock = Clock()
+    h = Health(clock=clock)
+    h.on_waiting("waiting for Kafka (topic 't'): topic 't' does not exist")
+    clock.now += 30
+    h.on_waiting("waiting for Kafka (topic 't'): topic 't' does not exist")
+    verdict = h.ready()
+    assert h.alive().ok and not verdict.ok and verdict.status == "waiting"
+    assert verdict.detail["reason"] == "waiting for Kafka (topic 't'): topic 't' does not exist (for 30 s)"
+    h.on_waiting(None)
+    assert h.ready().status == "starting"
+    h.on_state("active")
+    h.on_ready()
+    assert h.ready().ok

@@ -126,3 +126,20 @@ def test_a_standby_is_ready_and_kept_alive_by_the_helper_thread() -> None:
         assert "WATCHDOG=1" not in rx.drain()
     finally:
         obs.close()
+
+
+def test_a_waiting_start_up_says_why_and_extends_the_start_timeout_without_ready() -> None:
+    rx = Receiver(abstract=True)
+    health = Health(clock=Clock())
+    obs = SystemdObserver(Notifier({"NOTIFY_SOCKET": rx.env, "WATCHDOG_USEC": "3000000"}), health)
+    for o in (health, obs):
+        o.on_waiting("waiting for the downstream database: (2003) cannot reach it")
+    assert rx.drain() == [
+        "STATUS=starting: waiting for the downstream database: (2003) cannot reach it",
+        f"EXTEND_TIMEOUT_USEC={SystemdObserver.WAIT_EXTEND_SECONDS * 1_000_000}",
+    ]
+    for o in (health, obs):
+        o.on_waiting(None)
+    assert rx.drain() == []
+    obs.on_ready()
+    assert rx.drain()[0] == "READY=1"

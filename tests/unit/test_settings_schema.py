@@ -5,6 +5,7 @@ unknown keys and bad values that name the key and what is accepted, whichever th
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,24 @@ def test_routes_from_the_flag_and_the_variable() -> None:
 def test_an_invalid_route_is_a_configuration_error_naming_it(flags, env) -> None:
     with pytest.raises(ConfigError, match=r"route .*'prod\.\*=replica\.\{tbl\}'.*unknown placeholder"):
         resolve("run", flags, env)
+
+
+def test_from_ts_is_optional_for_run_and_required_for_catchup(tmp_path: Path) -> None:
+    cfg = resolve("run", {**BASE_WITH_SECRET}, {})
+    assert cfg.from_ts is None and cfg.sources["from_ts"] == "default"
+    with pytest.raises(ConfigError, match="from_ts is required"):
+        resolve("catchup", {**BASE_WITH_SECRET}, {})
+    # One file for both commands: the catch-up's from_ts reaches the daemon too (applier.apply.handoff).
+    shared = toml_file(tmp_path, 'from_ts = "2024-05-01T10:00:00Z"\n')
+    flags = {**BASE_WITH_SECRET, "config": str(shared)}
+    assert resolve("run", flags, {}).from_ts == resolve("catchup", flags, {}).from_ts == 1714557600000 << 18
+    env = resolve("run", {**BASE_WITH_SECRET}, {"APPLIER_FROM_TS": "449999999999999999"})
+    assert env.from_ts == 449999999999999999 and env.sources["from_ts"] == "environment"
+    with pytest.raises(ConfigError, match=re.escape("from_ts (flag --from-ts): bad value 'yesterday'")):
+        resolve("run", {**BASE_WITH_SECRET, "from_ts": "yesterday"}, {})
+
+
+def test_from_ts_with_start_latest_is_refused() -> None:
+    with pytest.raises(ConfigError, match="from_ts and start = latest contradict each other"):
+        resolve("run", {**BASE_WITH_SECRET, "from_ts": "449999999999999999", "start": "latest"}, {})
+    assert resolve("run", {**BASE_WITH_SECRET, "from_ts": "449999999999999999", "start": "earliest"}, {})
