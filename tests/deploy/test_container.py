@@ -91,11 +91,28 @@ def podman_clean() -> Iterator[None]:
         remove_test_containers()
 
 
-def _drop_all(admin: pymysql.connections.Connection) -> None:
-    with admin.cursor() as cur:
-        for schema in (UPSTREAM, CHECKPOINT):
-            cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
-        cur.execute("DROP USER IF EXISTS %s@'%%'", (USER,))
+def _admin(mariadb_params: dict, timeout: float = 60) -> pymysql.connections.Connection:
+    """A root connection of its own: the server is shared, and other tests on this machine may
+    restart it, so none is held across the module and a restart in progress is waited out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return pymysql.connect(**mariadb_params, autocommit=True, connect_timeout=5)
+        except pymysql.err.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def _drop_all(mariadb_params: dict) -> None:
+    admin = _admin(mariadb_params)
+    try:
+        with admin.cursor() as cur:
+            for schema in (UPSTREAM, CHECKPOINT):
+                cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+            cur.execute("DROP USER IF EXISTS %s@'%%'", (USER,))
+    finally:
+        admin.close()
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +120,9 @@ def database_user(mariadb_params: dict) -> Iterator[tuple[str, str]]:
     """(user, password): a user with exactly the grants of docs/operations.md ("The database user")
     on this test's checkpoint and upstream schemas; dropped with the schemas at the end."""
     password = secrets.token_hex(16)
-    admin = pymysql.connect(**mariadb_params, autocommit=True)
+    _drop_all(mariadb_params)  # what a killed run left
+    admin = _admin(mariadb_params)
     try:
-        _drop_all(admin)
         with admin.cursor() as cur:
             cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (USER, password))
             cur.execute(
@@ -117,10 +134,12 @@ def database_user(mariadb_params: dict) -> Iterator[tuple[str, str]]:
                 (USER,),
             )
             cur.execute("GRANT PROCESS ON *.* TO %s@'%%'", (USER,))
+    finally:
+        admin.close()
+    try:
         yield USER, password
     finally:
-        _drop_all(admin)
-        admin.close()
+        _drop_all(mariadb_params)
 
 
 @pytest.fixture(scope="module")
@@ -254,11 +273,13 @@ def test_catchup_image_applies_the_same_backlog(
 ) -> None:
     """A downstream restored from a backup at X (the model's snapshot) and a fresh checkpoint: the
     catch-up, read-only in the catchup image with Spark in local mode, brings it to the topic's end."""
-    admin = pymysql.connect(**mariadb_params, autocommit=True)
-    with admin.cursor() as cur:
-        for schema in (UPSTREAM, CHECKPOINT):
-            cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
-    admin.close()
+    admin = _admin(mariadb_params)
+    try:
+        with admin.cursor() as cur:
+            for schema in (UPSTREAM, CHECKPOINT):
+                cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+    finally:
+        admin.close()
     alter = next(ev for ev in backlog.ddl_events if ev.ddl_type == 5)
     x = max(ts for ts in backlog.resolved_points if ts < alter.commit_ts - 1)
     restore_backup(feed, backlog, x)
