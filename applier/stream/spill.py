@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from applier.codec.events import ROW_KINDS, Position, RowEvent
+from applier.errors import ConfigurationError
 from sqlgen import split_phases
 
 CHUNK_ROWS = 10_000
@@ -71,13 +72,30 @@ BATCH_ROWS = 1_000
 """Rows per marshal batch in a spill file (one read or write call each)."""
 
 
+class SpillDirUnusable(ConfigurationError):
+    """The spill directory cannot be made: a read-only file system (a read-only container without
+    a volume there), no permission, no temp directory at all. Only the deployment can fix it."""
+
+
+_WHAT_TO_DO = (
+    "set spill_dir (APPLIER_SPILL_DIR) to a directory the daemon's user can write: under systemd the "
+    "unit's StateDirectory, in a read-only container a volume or a tmpfs (docs/operations.md, "
+    '"Disk for huge transactions")'
+)
+
+
 def default_spill_root() -> Path:
     """Where spill files go when ``spill_dir`` is not set: systemd's ``StateDirectory`` when the
     unit has one (``$STATE_DIRECTORY``, first entry), else the system temp directory."""
     state = os.environ.get("STATE_DIRECTORY")
     if state:
         return Path(state.split(":")[0]) / "spill"
-    return Path(tempfile.gettempdir()) / "ticdc-applier-spill"
+    try:
+        return Path(tempfile.gettempdir()) / "ticdc-applier-spill"
+    except FileNotFoundError:  # no writable TMPDIR, /tmp, /var/tmp, /usr/tmp or working directory
+        raise SpillDirUnusable(
+            f"no writable temporary directory for the spill files; {_WHAT_TO_DO}"
+        ) from None
 
 
 def _pack_image(image: dict | None) -> tuple | None:
@@ -195,9 +213,14 @@ class SpillDir:
 
     def open(self) -> SpillDir:
         """Remove whatever an earlier run left (never trusted), create the directory (mode 0700)."""
-        if self.path.exists():
-            shutil.rmtree(self.path)
-        self.path.mkdir(mode=0o700, parents=True)
+        try:
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            self.path.mkdir(mode=0o700, parents=True)
+        except OSError as exc:
+            raise SpillDirUnusable(
+                f"cannot make the spill directory {self.path}: {exc.strerror or exc}; {_WHAT_TO_DO}"
+            ) from None
         return self
 
     def remove(self) -> None:

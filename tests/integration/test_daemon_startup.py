@@ -25,6 +25,7 @@ import pytest
 
 from applier.kafka.embedded_broker import free_port, start_broker
 from applier.simulator import StreamConfig, produce_simulation, simulate
+from applier.simulator.producer import ensure_topic
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 from tests.integration.ops_support import http_base, http_get, wait_until
 from tests.integration.tcp_proxy import TcpProxy
@@ -222,3 +223,11 @@ def test_an_unreadable_config_file_exits_2(tmp_path) -> None:
         env = dict(os.environ)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd="/")
     _one_line_exit_2(done, done.stderr, f"cannot read the config file {config}", "Permission denied")
+
+
+def test_a_spill_directory_that_cannot_be_made_exits_2(feed: Changefeed) -> None:
+    """A read-only root without a volume at the spill directory: one line naming the setting."""
+    ensure_topic(feed.bootstrap, feed.topic, 1)
+    proc = feed.start("--http-listen", "off", "--spill-dir", "/proc/ticdc-applier-test/spill")
+    proc.wait(timeout=60)
+    _one_line_exit_2(proc, read_log(proc), "cannot make the spill directory", "APPLIER_SPILL_DIR")
