@@ -372,6 +372,8 @@ def test_the_documented_install_runs_under_systemd(
             print(score[0] if score else security, flush=True)
 
             # The database refuses for DB_DOWN seconds, then the topic is missing for TOPIC_LATE more.
+            # `enable --now` runs in the background: its start job may not have begun yet.
+            unit.wait(lambda p: p["ActiveState"] == "activating", 30, "the start job begins")
             statuses = unit.waits_until(unit.t0 + DB_DOWN, "the database is down")
             assert enable.poll() is None, "systemctl enable --now returned before the daemon was ready"
             assert any("waiting for" in s for s in statuses), statuses
