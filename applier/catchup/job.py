@@ -123,7 +123,7 @@ class CatchupJob:
     # -- downstream helpers --------------------------------------------------------------------
     def _retry(self, unit) -> None:
         """Run one unit of the driver (epoch checkpoint, DDL, hand-off) with the shared retry rule."""
-        runner = TransactionRunner(self.downstream, max_time=float(self.cfg.catchup_retry_seconds))
+        runner = TransactionRunner(self.downstream, max_time=self.cfg.catchup_retry_seconds)
         try:
             runner.run(unit)
         finally:
@@ -161,7 +161,7 @@ class CatchupJob:
             archive = self._archive = class_archive(self.cfg.catchup_class_archive)
             self._spark_home = spark_home_links(self.cfg.catchup_class_archive)
             if archive is not None:
-                action = "read" if archive.part is None else "written when the job ends"
+                action = "read" if archive.part is None else "written after the job ends"
                 self.log.info("JVM class archive", path=str(archive.path), action=action)
             # The JVM takes seconds to start: let it while the downstream and Kafka are planned.
             self._session_thread = threading.Thread(target=self._build_session, daemon=True)
@@ -225,7 +225,7 @@ class CatchupJob:
             source,
             self._stored_offsets(ckpt),
             from_ts=lower,
-            time_margin_ms=None if margin is None else int(margin) * 1000,
+            time_margin_ms=None if margin is None else margin * 1000,
             several=several,
             options=self.options,
         )
@@ -235,7 +235,7 @@ class CatchupJob:
         places = {p: source.key(p) for p in partitions} if several else {}
         label = (lambda p: partition_label(places[p])) if several else str
         key = places.__getitem__ if several else None
-        ranges = split_ranges(bounds, int(cfg.catchup_split_records), key=key)
+        ranges = split_ranges(bounds, cfg.catchup_split_records, key=key)
         total = sum(r.size for r in ranges)
         quiet = {"quiet_partitions": [label(p) for p in sorted(plan.drained)], "seen_ts": plan.top}
         self.log.info(
@@ -411,7 +411,7 @@ class CatchupJob:
         from pyspark import StorageLevel
 
         cores = self._spark.sparkContext.defaultParallelism
-        per_task = ranges_per_task(ranges, cores, int(self.cfg.catchup_split_records))
+        per_task = ranges_per_task(ranges, cores, self.cfg.catchup_split_records)
         return (
             self._spark.read.format(SOURCE_NAME)
             .schema(SPARK_SCHEMA)
@@ -448,8 +448,8 @@ class CatchupJob:
             lower=epoch.lower,
             upper=epoch.upper,
             table_floor=dict(table_floor),
-            commit_rows=int(self.cfg.max_txn_rows),
-            retry_seconds=float(self.cfg.catchup_retry_seconds),
+            commit_rows=self.cfg.max_txn_rows,
+            retry_seconds=self.cfg.catchup_retry_seconds,
             checkpoint_schema=self.cfg.checkpoint_schema,
             changefeed=self.cfg.group_id,
             owner=self._owner(),
@@ -473,7 +473,7 @@ class CatchupJob:
         spec = self._write_spec(epoch, table_floor, places)
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
-        parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
+        parallel = self.cfg.catchup_parallelism or spark.sparkContext.defaultParallelism
         # One round of tasks: a writer holds a group of buckets at a time, not its whole share
         # (writer.write_keyed), so a huge epoch needs no more tasks than there are cores.
         parts = min(parallel, WRITER_BUCKETS)

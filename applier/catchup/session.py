@@ -2,15 +2,21 @@
 
 The Python workers must run this interpreter (``PYSPARK_PYTHON``), whose environment has the
 applier installed; in local mode the JVM binds to the loopback address (``SPARK_LOCAL_IP``), so
-nothing listens on other interfaces. No package is ever downloaded (``spark.jars.packages`` is
+nothing listens on other interfaces. The workers import the applier that is installed, wherever
+the catch-up is started: Python puts the working directory first on the path of a process started
+with ``-m``, as Spark starts its Python workers, so a catch-up started from a checkout would
+otherwise import the checkout's sources (without their compiled modules) in every task. The JVM
+is launched with ``PYTHONSAFEPATH`` set, which every worker it starts inherits, and executors get it
+as ``spark.executorEnv``. No package is ever downloaded (``spark.jars.packages`` is
 never set): Kafka is read by the Python data source, not by a JVM connector.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -18,6 +24,8 @@ from pyspark.sql import SparkSession
 from applier.catchup.class_archive import ClassArchive
 from applier.catchup.source import OpenProtocolSource
 from applier.catchup.spark_home import launched_from
+
+_SAFE_PATH = "PYTHONSAFEPATH"  # the interpreter leaves the working directory off sys.path
 
 DEFAULT_MASTER = "local[*]"
 _LOCAL_DEFAULTS = {
@@ -81,15 +89,30 @@ def build_session(
     if master.startswith("local"):
         settings.update(_LOCAL_DEFAULTS)
     settings.update(conf)
+    settings.setdefault(f"spark.executorEnv.{_SAFE_PATH}", "1")
     if archive is not None:
         settings = archive.with_options(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with launched_from(spark_home):
+    with launched_from(spark_home), _safe_path():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+@contextlib.contextmanager
+def _safe_path() -> Iterator[None]:
+    """``PYTHONSAFEPATH`` set while the JVM is launched (it inherits the environment, and so do the
+    Python workers it starts), then restored: this process's other children keep the usual path."""
+    if _SAFE_PATH in os.environ:
+        yield
+        return
+    os.environ[_SAFE_PATH] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(_SAFE_PATH, None)
 
 
 def register(spark: SparkSession) -> None:
