@@ -1,10 +1,8 @@
 """The Spark driver JVM's class-data archive: a catch-up's JVM starts in about half the time.
 
 Why: a catch-up spends seconds before it reads anything, most of them in the JVM loading and
-verifying Spark's classes (on ``benchmarks/catchup.py``'s 2-core machine, 5.6-7.3 s to create the
-SparkSession). The JVM can map the classes a run loaded from an archive instead (class data
-sharing): the session then took 3.0-3.2 s, the catch-up's ``start-up`` 4.7-6.2 s instead of
-6.4-9.4 s, and Spark's planning of the read 4.0-4.8 s instead of 4.4-5.4 s.
+verifying Spark's classes. The JVM can map the classes a run loaded from an archive instead
+(class data sharing), and the session starts in about half the time (docs/performance.md).
 
 How: the archive is specific to one JVM build and one Spark installation, so its name holds a
 digest of both (:func:`archive_key`). A catch-up that finds it starts the JVM with

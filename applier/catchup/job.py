@@ -42,7 +42,7 @@ from applier.catchup.class_archive import ClassArchive, class_archive
 from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads
 from applier.catchup.ranges import ranges_per_task, split_ranges
-from applier.catchup.replay import Skeleton, replay_skeleton
+from applier.catchup.replay import ReplayResult, Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
 from applier.catchup.rows import (
     BUNDLE,
@@ -81,6 +81,29 @@ WRITER_BUCKETS = 256
 
 class CatchupError(FatalError, RuntimeError):
     """The catch-up cannot proceed; the message says why (no traceback for the operator)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    """The planned read: the window's lower bound, the offsets per partition, the ranges; with
+    several topics, ``places`` names each partition slot by topic and partition."""
+
+    lower: int
+    plan: ReadPlan
+    ranges: list
+    places: dict
+    several: bool
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self.plan.bounds)
+
+    @property
+    def total(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+    def label(self, partition: int) -> str:
+        return partition_label(self.places[partition]) if self.several else str(partition)
 
 
 class CatchupJob:
@@ -214,11 +237,41 @@ class CatchupJob:
         return self._spark
 
     def _run(self, ckpt: Checkpoint, source: OffsetSource, started: float) -> None:
+        """The stages in order: plan the read, scan, derive the window, replay the skeleton, apply
+        the epochs, hand over (the module docstring says what each does)."""
+        read = self._plan(ckpt, source)
+        collapse_upto = self._collapse_bound(source, read.plan, read.lower)  # while the JVM starts
+        spark = self._session()
+        progress = Progress(spark, self.log, self._progress_interval)
+        # Until here: the downstream's and Kafka's planning while the JVM started (reported alone:
+        # it does not grow with the backlog).
+        progress.stage_seconds["start-up"] = time.monotonic() - started
+        progress.start()
+        decoded = None
+        try:
+            spec = self._read_spec(read.lower, collapse_upto)
+            decoded, skeleton = self._scan(spec, read, progress)
+            r, epochs = self._window(skeleton, read, ckpt)
+            ddls = [e.ddl for e in epochs if e.ddl is not None]  # in the order they run
+            if decoded is not None and spec.collapse_upto is not None and len(epochs) > 1:
+                decoded = self._uncollapse_if_needed(decoded, spec, read.ranges, epochs)
+            table_floor = {t: ts for t, ts in ckpt.tables.items() if ts > read.lower}
+            replay = self._replay(skeleton, read, r, ckpt, table_floor, ddls, progress)
+            self._apply_epochs(epochs, decoded, replay, table_floor, progress, read.places)
+            self._hand_over(r, skeleton, ckpt, ddls, replay, read, progress)
+        finally:
+            progress.stop()
+            self.summary.stage_seconds = dict(progress.stage_seconds)
+            if decoded is not None:
+                with contextlib.suppress(Exception):  # the session may be gone after a failure
+                    decoded.unpersist()
+
+    def _plan(self, ckpt: Checkpoint, source: OffsetSource) -> _Read:
+        """Where the window starts and what to read: offsets per partition, cut into ranges."""
         cfg = self.cfg
-        s = self.summary
         g = ckpt.resolved_ts
         lower = max(self.from_ts, g)
-        s.lower_ts = lower
+        self.summary.lower_ts = lower
         margin = cfg.catchup_time_lookup_margin_seconds
         several = self.topics.single is None
         plan = plan_reads(
@@ -230,123 +283,155 @@ class CatchupJob:
             options=self.options,
         )
         bounds = plan.bounds
-        partitions = sorted(bounds)
         # Several topics: slots inside, topic and partition wherever Kafka or the checkpoint sees them.
-        places = {p: source.key(p) for p in partitions} if several else {}
-        label = (lambda p: partition_label(places[p])) if several else str
+        places = {p: source.key(p) for p in sorted(bounds)} if several else {}
         key = places.__getitem__ if several else None
-        ranges = split_ranges(bounds, cfg.catchup_split_records, key=key)
-        total = sum(r.size for r in ranges)
+        read = _Read(lower, plan, split_ranges(bounds, cfg.catchup_split_records, key=key), places, several)
+        label = read.label
         quiet = {"quiet_partitions": [label(p) for p in sorted(plan.drained)], "seen_ts": plan.top}
         self.log.info(
             "planned",
             lower_ts=lower,
             checkpoint_ts=g,
-            partitions=len(partitions),
-            ranges=len(ranges),
-            records=total,
+            partitions=len(bounds),
+            ranges=len(read.ranges),
+            records=read.total,
             start_offsets={label(p): b[0] for p, b in sorted(bounds.items())},
             end_offsets={label(p): b[1] for p, b in sorted(bounds.items())},
             **(quiet if several else {}),
         )
-        collapse_upto = self._collapse_bound(source, plan, lower)  # while the JVM starts
-        spark = self._session()
-        progress = Progress(spark, self.log, self._progress_interval)
-        # Until here: the downstream's and Kafka's planning while the JVM started (reported alone:
-        # it does not grow with the backlog).
-        progress.stage_seconds["start-up"] = time.monotonic() - started
-        progress.start()
+        return read
+
+    def _read_spec(self, lower: int, collapse_upto: int | None) -> ReadSpec:
+        cfg = self.cfg
+        return ReadSpec(
+            bootstrap=cfg.kafka_bootstrap,
+            topic=self.topic,
+            group_id=cfg.group_id,
+            kafka_config=dict(cfg.kafka_config or {}),
+            options=self.options,
+            lower_ts=lower,
+            collapse_upto=collapse_upto,
+            buckets=WRITER_BUCKETS,
+            large=self.large if self.large.configured else None,
+            filter=self.tables.tables.rules if self.tables is not None else (),
+        )
+
+    def _scan(self, spec: ReadSpec, read: _Read, progress: Progress) -> tuple[Any, Skeleton]:
+        """Read and decode every range (cached), and collect the skeleton."""
+        s = self.summary
+        progress.stage("scan", total_records=read.total, plan_apart=True)
         decoded = None
-        try:
-            spec = ReadSpec(
-                bootstrap=cfg.kafka_bootstrap,
-                topic=self.topic,
-                group_id=cfg.group_id,
-                kafka_config=dict(cfg.kafka_config or {}),
-                options=self.options,
-                lower_ts=lower,
-                collapse_upto=collapse_upto,
-                buckets=WRITER_BUCKETS,
-                large=self.large if self.large.configured else None,
-                filter=self.tables.tables.rules if self.tables is not None else (),
+        if read.ranges:
+            decoded = self._read(spec, read.ranges)
+            skeleton = self._collect_skeleton(decoded, read.places)
+        else:
+            skeleton = Skeleton.from_arrow(self._empty_skeleton(), self.topic, read.places)
+        s.records, s.events = skeleton.records_read, skeleton.row_events
+        if self.tables is not None:  # the reading tasks dropped them; said here, once each
+            for schema, table in sorted(skeleton.filtered_tables):
+                self.tables.note_skipped(schema, table)
+        progress.records_read = s.records
+        return decoded, skeleton
+
+    def _window(self, skeleton: Skeleton, read: _Read, ckpt: Checkpoint) -> tuple[int, list[Epoch]]:
+        """R, the end of the window, and the epochs between the DDLs to run (:mod:`.epochs`)."""
+        r, epochs = plan_window(
+            skeleton.controls,
+            read.partitions,
+            read.lower,
+            drained=read.plan.drained,
+            until=self.until,
+            applied=ckpt.applied_ddls,
+        )
+        if r < read.lower:
+            raise CatchupError(
+                f"the backlog read only reaches resolved ts {r}, below the window's start {read.lower}: "
+                "the topic does not hold the changes up to --from-ts yet (or --until is below it)"
             )
-            progress.stage("scan", total_records=total, plan_apart=True)
-            if ranges:
-                decoded = self._read(spec, ranges)
-                skeleton = self._collect_skeleton(decoded, places)
-            else:
-                skeleton = Skeleton.from_arrow(self._empty_skeleton(), self.topic, places)
-            s.records, s.events = skeleton.records_read, skeleton.row_events
-            if self.tables is not None:  # the reading tasks dropped them; said here, once each
-                for schema, table in sorted(skeleton.filtered_tables):
-                    self.tables.note_skipped(schema, table)
-            progress.records_read = s.records
-            r, epochs = plan_window(
-                skeleton.controls,
-                partitions,
-                lower,
-                drained=plan.drained,
-                until=self.until,
-                applied=ckpt.applied_ddls,
-            )
-            if r < lower:
-                raise CatchupError(
-                    f"the backlog read only reaches resolved ts {r}, below the window's start {lower}: "
-                    "the topic does not hold the changes up to --from-ts yet (or --until is below it)"
-                )
-            s.resolved_ts = r
-            ddls = [e.ddl for e in epochs if e.ddl is not None]  # in the order they run
-            s.epochs = len(epochs)
-            if decoded is not None and spec.collapse_upto is not None and len(epochs) > 1:
-                decoded = self._uncollapse_if_needed(decoded, spec, ranges, epochs)
-            table_floor = {t: ts for t, ts in ckpt.tables.items() if ts > lower}
-            progress.stage("replay")
-            replay = replay_skeleton(
-                skeleton,
-                topic=self.topic,
-                starts={p: b[0] for p, b in bounds.items()},
-                lower=lower,
-                upper=r,
-                table_floor=table_floor,
-                applied_ddls=ckpt.applied_ddls,
-                executed_ddls=[ddl_key(d) for d in ddls],
-                drained={p: (bounds[p][1], ts) for p, ts in plan.drained.items()},
-                places=places,
-            )
-            skeleton.drop_rows()  # the writers' turn: their rows are in the JVM and the workers
-            s.keyless_replays_dropped = replay.replayed_keyless
-            keyless = _keyless_by_epoch(replay.keyless_rows, epochs)
-            self.log.info(
-                "window",
-                resolved_ts=r,
-                epochs=len(epochs),
-                ddls=len(ddls),
-                row_events=s.events,
-                writer_rows=skeleton.data_rows,  # after the readers' collapse (before a re-read)
-                keyless_rows=len(replay.keyless_rows),
-            )
-            for epoch in epochs:
-                if epoch.has_rows and decoded is not None:
-                    plans = keyless.get(epoch.number, {})
-                    self._apply_epoch(epoch, decoded, plans, table_floor, progress, places)
-                if epoch.ddl is not None:
-                    progress.stage("ddl")
-                    self._apply_ddl(epoch)
-                    s.ddls += 1
-            progress.stage("handoff")
-            tables = set(skeleton.keyed_tables) | set(skeleton.keyless_tables) | set(ckpt.tables)
-            tables |= {(d.schema, d.table) for d in ddls if d.table}
-            # The checkpoint names partitions as the daemon reads it: by topic with several topics.
-            named: Any = (lambda m: {places[p]: v for p, v in m.items()}) if several else dict
-            offsets = named(replay.resume_offsets)
-            self._handoff(r, tables, offsets, named(replay.partition_resolved), ddls)
-            s.resume_offsets = offsets
-        finally:
-            progress.stop()
-            s.stage_seconds = dict(progress.stage_seconds)
-            if decoded is not None:
-                with contextlib.suppress(Exception):  # the session may be gone after a failure
-                    decoded.unpersist()
+        self.summary.resolved_ts = r
+        self.summary.epochs = len(epochs)
+        return r, epochs
+
+    def _replay(
+        self,
+        skeleton: Skeleton,
+        read: _Read,
+        r: int,
+        ckpt: Checkpoint,
+        table_floor: dict,
+        ddls: list[DDLEvent],
+        progress: Progress,
+    ) -> ReplayResult:
+        """The daemon's listeners over the skeleton: the keyless rows to apply and the resume
+        offsets (:mod:`.replay`); the skeleton's rows are dropped after."""
+        bounds = read.plan.bounds
+        progress.stage("replay")
+        replay = replay_skeleton(
+            skeleton,
+            topic=self.topic,
+            starts={p: b[0] for p, b in bounds.items()},
+            lower=read.lower,
+            upper=r,
+            table_floor=table_floor,
+            applied_ddls=ckpt.applied_ddls,
+            executed_ddls=[ddl_key(d) for d in ddls],
+            drained={p: (bounds[p][1], ts) for p, ts in read.plan.drained.items()},
+            places=read.places,
+        )
+        skeleton.drop_rows()  # the writers' turn: their rows are in the JVM and the workers
+        self.summary.keyless_replays_dropped = replay.replayed_keyless
+        self.log.info(
+            "window",
+            resolved_ts=r,
+            epochs=self.summary.epochs,
+            ddls=len(ddls),
+            row_events=self.summary.events,
+            writer_rows=skeleton.data_rows,  # after the readers' collapse (before a re-read)
+            keyless_rows=len(replay.keyless_rows),
+        )
+        return replay
+
+    def _apply_epochs(
+        self,
+        epochs: list[Epoch],
+        decoded: Any,
+        replay: ReplayResult,
+        table_floor: dict,
+        progress: Progress,
+        places: dict,
+    ) -> None:
+        """Each epoch's rows (keyed by the writers, keyless in order), then its DDL on the driver."""
+        keyless = _keyless_by_epoch(replay.keyless_rows, epochs)
+        for epoch in epochs:
+            if epoch.has_rows and decoded is not None:
+                plans = keyless.get(epoch.number, {})
+                self._apply_epoch(epoch, decoded, plans, table_floor, progress, places)
+            if epoch.ddl is not None:
+                progress.stage("ddl")
+                self._apply_ddl(epoch)
+                self.summary.ddls += 1
+
+    def _hand_over(
+        self,
+        r: int,
+        skeleton: Skeleton,
+        ckpt: Checkpoint,
+        ddls: list[DDLEvent],
+        replay: ReplayResult,
+        read: _Read,
+        progress: Progress,
+    ) -> None:
+        """The daemon's checkpoint at R: every table, every partition's resume offset, the DDLs."""
+        progress.stage("handoff")
+        tables = set(skeleton.keyed_tables) | set(skeleton.keyless_tables) | set(ckpt.tables)
+        tables |= {(d.schema, d.table) for d in ddls if d.table}
+        # The checkpoint names partitions as the daemon reads it: by topic with several topics.
+        places = read.places
+        named: Any = (lambda m: {places[p]: v for p, v in m.items()}) if read.several else dict
+        offsets = named(replay.resume_offsets)
+        self._handoff(r, tables, offsets, named(replay.partition_resolved), ddls)
+        self.summary.resume_offsets = offsets
 
     def _stored_offsets(self, ckpt: Checkpoint) -> dict[tuple[str, int], int]:
         """The checkpoint's offsets of this job's topics, by topic and partition: one topic's only
