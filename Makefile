@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint services tools bench clean test-deploy test-systemd container-tools test-container
+.PHONY: demo test lint services tools bench clean test-deploy test-systemd container-tools test-container wheel-check
 
 # The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
 # Installing compiles the hot loops (setup.py): a changed .pyx or .pxd reinstalls.
@@ -87,5 +87,25 @@ test-systemd: $(BIN)/.installed-test services
 bench: $(BIN)/.installed-test services
 	$(BIN)/python benchmarks/decode.py
 
+# The wheel the container and the systemd install build, checked the way they use it: built from
+# the sources alone (pip wheel --no-deps), installed into a fresh virtual environment outside the
+# checkout with the extras the catch-up image installs, every compiled module imported from there
+# (the catch-up's readers need Arrow: the spark extra) and the command run.
+WHEEL_DIR := build/wheel-check
+COMPILED_MODULES := applier.codec._fastpath applier.catchup._batch_builder sqlgen._bind sqlgen._plan
+
+wheel-check:
+	rm -rf $(WHEEL_DIR) build/lib.* build/bdist.*  # files a previous build left would go into the wheel
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $(WHEEL_DIR)/dist .
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet "$$(ls $(WHEEL_DIR)/dist/ticdc_applier-*.whl)[spark,s3]"
+	cd $(WHEEL_DIR) && venv/bin/python -c 'import importlib, sys; \
+	  mods = [importlib.import_module(m) for m in sys.argv[1:]]; \
+	  bad = [m.__name__ for m in mods if not m.__file__.endswith(".so") or "/site-packages/" not in m.__file__]; \
+	  sys.exit(f"not compiled or not installed: {bad}" if bad else 0)' $(COMPILED_MODULES)
+	cd $(WHEEL_DIR) && venv/bin/applier --version
+
+# Every compiled module and the C Cython generated, wherever a build left them (in place or under build/).
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache applier/codec/*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	find applier sqlgen checkpoint \( -name '*.so' -o -name '*.c' -o -name '*.html' \) -type f -delete

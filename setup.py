@@ -1,7 +1,7 @@
 """Build of the compiled modules, the hot loops; everything else is in pyproject.toml.
 
 - applier/codec/_fastpath.pyx: the decoder's fast path (every record the daemon and the catch-up read);
-- applier/catchup/batch_builder.pyx: the catch-up readers' loop over decoded events;
+- applier/catchup/_batch_builder.pyx: the catch-up readers' loop over decoded events;
 - sqlgen/_bind.pyx: the values of the daemon's statements turned into SQL text;
 - sqlgen/_plan.pyx: the collapse of a keyed table's events into final states (the daemon's planning).
 
@@ -16,7 +16,7 @@ setup(
     ext_modules=cythonize(
         [
             Extension("applier.codec._fastpath", ["applier/codec/_fastpath.pyx"]),
-            Extension("applier.catchup.batch_builder", ["applier/catchup/batch_builder.pyx"]),
+            Extension("applier.catchup._batch_builder", ["applier/catchup/_batch_builder.pyx"]),
             Extension("sqlgen._bind", ["sqlgen/_bind.pyx"]),
             Extension("sqlgen._plan", ["sqlgen/_plan.pyx"]),
         ],

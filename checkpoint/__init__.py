@@ -11,6 +11,7 @@ from checkpoint.schema import (
     CheckpointSchemaError,
     ensure_schema,
 )
+from checkpoint.status import lag_seconds, status_report
 from checkpoint.store import (
     Checkpoint,
     CheckpointStore,
@@ -18,8 +19,6 @@ from checkpoint.store import (
     JournalEntry,
     ddl_digest,
     ddl_fields,
-    lag_seconds,
-    status_report,
 )
 
 __all__ = [

@@ -32,17 +32,13 @@ clipped — and a clipped checkpoint is a wrong checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final, TypedDict, Unpack
 
 import pymysql
 
-from applier.codec.events import tso_physical_ms
 from applier.errors import FatalError
 from checkpoint.schema import (
     DEFAULT_SCHEMA,
@@ -530,138 +526,3 @@ class CheckpointStore:
             for table in ("table_checkpoint", "partition_offset", "applied_ddl", "ddl_journal", "changefeed"):
                 cur.execute(f"DELETE FROM {self._t(table)} WHERE `changefeed` = %s", (self.changefeed,))
         conn.commit()
-
-
-# -- status -----------------------------------------------------------------------------------
-
-
-def lag_seconds(ts: int, now: float) -> float | None:
-    """Seconds between a TSO's physical time and ``now`` (epoch seconds); None for ts 0 (nothing yet).
-
-    Uses this host's clock against PD's, so clock skew shows up as lag (or negative lag).
-    """
-    if ts <= 0:
-        return None
-    return round(now - tso_physical_ms(ts) / 1000.0, 3)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat() + "Z"
-
-
-_MISSING_CODES: Final = (1049, 1146)  # unknown database, table doesn't exist
-
-
-def status_report(
-    conn: pymysql.connections.Connection,
-    schema: str,
-    changefeed: str,
-    *,
-    now: float | None = None,
-) -> dict[str, Any]:
-    """A JSON-ready summary of a changefeed's progress, for ``applier status``.
-
-    ``found`` is False when the schema, its tables or the changefeed do not exist yet. Lags are
-    seconds between the TSO's physical time and ``now`` (default: this host's clock). Reads
-    without locks, so while an applier runs the parts may be from adjacent commits.
-    """
-    validate_schema_name(schema)
-    now = time.time() if now is None else now
-    q = quote_ident(schema)
-    report: dict[str, Any] = {
-        "schema": schema,
-        "changefeed": changefeed,
-        "found": False,
-        "topic": None,
-        "owner": None,
-        "resolved_ts": 0,
-        "lag_seconds": None,
-        "updated_at": None,
-        "tables": [],
-        "partitions": [],
-        "applied_ddls": 0,
-        "last_ddl": None,
-    }
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                f"SELECT `topic`, `resolved_ts`, `owner`, `updated_at` FROM {q}.`changefeed` "
-                "WHERE `changefeed` = %s",
-                (changefeed,),
-            )
-            row = cur.fetchone()
-            if row is None:
-                return report
-            resolved = int(row[1])
-            report.update(
-                found=True,
-                topic=row[0],
-                owner=row[2],
-                resolved_ts=resolved,
-                lag_seconds=lag_seconds(resolved, now),
-                updated_at=_iso(row[3]),
-            )
-            cur.execute(
-                "SELECT `schema_name`, `table_name`, `checkpoint_ts`, `updated_at` "
-                f"FROM {q}.`table_checkpoint` WHERE `changefeed` = %s ORDER BY `schema_name`, `table_name`",
-                (changefeed,),
-            )
-            for s, t, ts, updated in cur.fetchall():
-                effective = max(resolved, int(ts))
-                report["tables"].append(
-                    {
-                        "schema": s,
-                        "table": t,
-                        "checkpoint_ts": int(ts),
-                        "effective_ts": effective,
-                        "lag_seconds": lag_seconds(effective, now),
-                        "updated_at": _iso(updated),
-                    }
-                )
-            cur.execute(
-                f"SELECT `topic`, `partition_id`, `next_offset`, `resolved_ts`, `updated_at` "
-                f"FROM {q}.`partition_offset` WHERE `changefeed` = %s ORDER BY `topic`, `partition_id`",
-                (changefeed,),
-            )
-            for topic, partition, offset, p_resolved, updated in cur.fetchall():
-                report["partitions"].append(
-                    {
-                        "topic": topic,
-                        "partition": int(partition),
-                        "next_offset": int(offset),
-                        "resolved_ts": int(p_resolved),
-                        "lag_seconds": lag_seconds(int(p_resolved), now),
-                        "current_topic": topic == row[0],
-                        "updated_at": _iso(updated),
-                    }
-                )
-            cur.execute(
-                f"SELECT COUNT(*) FROM {q}.`applied_ddl` WHERE `changefeed` = %s",
-                (changefeed,),
-            )
-            report["applied_ddls"] = int(cur.fetchone()[0])
-            cur.execute(
-                f"SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `applied_at` "
-                f"FROM {q}.`applied_ddl` WHERE `changefeed` = %s "
-                "ORDER BY `commit_ts` DESC, `applied_at` DESC LIMIT 1",
-                (changefeed,),
-            )
-            last = cur.fetchone()
-            if last is not None:
-                report["last_ddl"] = {
-                    "commit_ts": int(last[0]),
-                    "schema": last[1],
-                    "table": last[2],
-                    "ddl_type": int(last[3]),
-                    "query": last[4],
-                    "applied_at": _iso(last[5]),
-                }
-    except pymysql.err.MySQLError as exc:
-        if exc.args and exc.args[0] in _MISSING_CODES:
-            return report
-        raise
-    finally:
-        # End the read-only transaction (it holds metadata locks); the session may be dead.
-        with contextlib.suppress(pymysql.err.Error):
-            conn.rollback()
-    return report

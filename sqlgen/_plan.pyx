@@ -2,9 +2,9 @@
 """The collapse of a keyed table's events, compiled: :func:`sqlgen.collapse._plan_keyed`'s loops.
 
 Why it exists: the daemon plans every row event it applies once, on the thread that also reads
-and decodes, and a profile of ``benchmarks/apply.py`` put planning at a fifth of that thread's
-time (1.8 us an event), most of it the Python-level loop of one dict lookup, a few attribute
-reads and a tuple per event. The rules, and why they converge, are in :mod:`sqlgen.collapse`;
+and decodes, and planning in Python is a large share of that thread's time
+(docs/performance.md), most of it the Python-level loop of one dict lookup, a few attribute reads
+and a tuple per event. The rules, and why they converge, are in :mod:`sqlgen.collapse`;
 this module applies them exactly as ``_plan_keyed`` there does
 (``tests/unit/test_sqlgen_plan_compiled.py`` compares the two on generated windows), with the slots
 of the codec's classes read by offset (``applier/codec/_slots.pxd``) and a one-entry cache of the

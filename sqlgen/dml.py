@@ -100,10 +100,10 @@ class Statement:
         written without it, by the same text: an int as ``str(v)``, what pymysql's int encoder
         gives after the four calls of its type dispatch; a string holding none of the characters
         pymysql escapes (``_ESCAPED``) as itself between quotes, which is what either of its modes
-        (backslashes, or NO_BACKSLASH_ESCAPES' doubled quotes) makes of such a string. Binding was
-        a fifth of the daemon's CPU time on benchmarks/apply.py's rows (two ints and two strings
-        each) with pymysql's escaping alone, and the loop choosing each value's literal still cost
-        most of what was left in Python, so it is compiled (``sqlgen/_bind.pyx``).
+        (backslashes, or NO_BACKSLASH_ESCAPES' doubled quotes) makes of such a string. Binding is
+        a large share of the daemon's CPU time with pymysql's escaping alone, and the loop choosing
+        each value's literal is most of what is left in Python, so it is compiled
+        (``sqlgen/_bind.pyx``; docs/performance.md).
         """
         return bind(self.sql, self.params, escape)
 

@@ -7,21 +7,28 @@ state of every row, writes that state from parallel executors and leaves the dae
 so that ``applier run`` continues exactly where it stopped.
 
 Modules (pyspark is imported only by ``source``, ``session`` and ``job``, and only when the
-``catchup`` command runs; ``import applier`` never loads it):
+``catchup`` command runs; ``import applier`` never loads it), in the order a run uses them:
 
 - :mod:`.tso` — ``--from-ts``/``--until`` parsing (TSO integer or ISO-8601 time);
-- :mod:`.offsets` — start/end offsets (ends learned by fetching), ranges, the broker interface;
-- :mod:`.source` — the Python Data Source reading ranges with confluent-kafka and decoding them;
+- :mod:`.job` — the driver: one method per stage (plan, scan, window, replay, epochs, hand-off);
+- :mod:`.session` — the SparkSession (local mode by default) and what its workers import;
+- :mod:`.class_archive` — the driver JVM's class-data archive (a faster start);
+- :mod:`.spark_home` — the driver JVM's SPARK_HOME: links to the installed PySpark without its
+  zips, so that Spark's planning workers import it compiled too;
+- :mod:`.spark_worker` — the Spark tasks' Python worker (PySpark imported from the installation);
+- :mod:`.offsets` — start/end offsets (ends learned by fetching), the broker interface;
+- :mod:`.ranges` — the offsets cut into ranges, the ranges grouped into tasks;
+- :mod:`.source` — the Python Data Source (options, input partitions): what Spark's planning
+  workers import;
+- :mod:`.scan` — a reading task: reads its ranges with confluent-kafka and decodes them;
+- :mod:`._batch_builder` — the readers' compiled loop over decoded events (``_batch_builder.pyx``);
 - :mod:`.rows` — decoded events as Arrow columns, and back;
 - :mod:`.epochs` — R, the DDLs to run and the epochs between them;
 - :mod:`.replay` — the daemon's listener run over a skeleton of the backlog (keyless replays,
   resume offsets);
+- :mod:`.tasks` — the functions Spark runs for the writes and checks;
 - :mod:`.writer` — executor-side writes with ``sqlgen`` and the daemon's retry rules;
-- :mod:`.spark_worker` — the Spark tasks' Python worker (PySpark imported from the installation);
-- :mod:`.spark_home` — the driver JVM's SPARK_HOME: links to the installed PySpark without its
-  zips, so that Spark's planning workers import it compiled too;
-- :mod:`.job` — the driver; :mod:`.report` — progress and summary; the CLI is
-  :mod:`applier.commands.catchup`.
+- :mod:`.report` — progress and summary. The CLI is :mod:`applier.commands.catchup`.
 
 The window and the epochs
 -------------------------

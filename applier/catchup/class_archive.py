@@ -1,22 +1,25 @@
 """The Spark driver JVM's class-data archive: a catch-up's JVM starts in about half the time.
 
 Why: a catch-up spends seconds before it reads anything, most of them in the JVM loading and
-verifying Spark's classes (on ``benchmarks/catchup.py``'s 2-core machine, 5.6-7.3 s to create the
-SparkSession). The JVM can map the classes a run loaded from an archive instead (class data
-sharing): the session then took 3.0-3.2 s, the catch-up's ``start-up`` 4.7-6.2 s instead of
-6.4-9.4 s, and Spark's planning of the read 4.0-4.8 s instead of 4.4-5.4 s.
+verifying Spark's classes. The JVM can map the classes a run loaded from an archive instead
+(class data sharing), and the session starts in about half the time (docs/performance.md).
 
 How: the archive is specific to one JVM build and one Spark installation, so its name holds a
 digest of both (:func:`archive_key`). A catch-up that finds it starts the JVM with
-``-XX:SharedArchiveFile``. One that does not (the first on a machine, or after an upgrade) runs
-with ``-XX:ArchiveClassesAtExit`` pointed at a file of its own (``.part``): the JVM writes what it
-loaded when it exits, so the job ends by stopping Spark and letting its JVM exit
-(:meth:`ClassArchive.finish`, a few seconds once), then renames the file into place, which is
-atomic: a catch-up starting meanwhile sees no archive or a whole one, never a part. Archives of
-other keys (an older Spark or JVM) are removed then. A run that fails leaves its JVM to write
-its part as it exits, after the process: that part is never used, and a later run removes it
-once it is an hour old. A JVM that cannot use or write an archive
-says so only in its own log (CDS logging is off) and runs as it would without one.
+``-XX:SharedArchiveFile`` (and marks it used: its modification time). One that does not (the
+first on a machine, or after an upgrade) runs with ``-XX:ArchiveClassesAtExit`` pointed at a file
+of its own (``.part``): the JVM writes what it loaded when it exits. The job ends by stopping
+Spark and letting its JVM exit (:meth:`ClassArchive.finish`), but does not wait for the writing:
+a detached process (:func:`settle`, this module run as a program) waits for the JVM, then renames
+the file into place, which is atomic: a catch-up starting meanwhile sees no archive or a whole
+one, never a part.
+
+Several installations on one host (a virtual environment beside a container build, an upgrade
+side by side) each keep their own archive: archives of other keys are removed only when unused
+for :data:`_UNUSED_SECONDS`, or when more than :data:`_KEEP` are kept (the least recently used
+first). A run that fails leaves its JVM to write its part as it exits, after the process: that
+part is never used, and a later run removes it once it is an hour old. A JVM that cannot use or
+write an archive says so only in its own log (CDS logging is off) and runs as it would without one.
 
 The archive (about 170 MB) lives in the setting ``catchup_class_archive``'s directory, by default
 ``$XDG_CACHE_HOME/ticdc-applier`` (``~/.cache/ticdc-applier``); ``off`` turns it off. An operator
@@ -31,6 +34,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +45,8 @@ OPTION = "spark.driver.extraJavaOptions"
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _EXIT_SECONDS = 120.0  # the JVM writing the archive as it exits: seconds; past this it is killed
 _STALE_PART_SECONDS = 3600.0  # the JVM writes a .part only as it exits: one this old was left by a killed run
+_KEEP = 4  # archives kept in one directory, one per JVM and Spark installation in use on the host
+_UNUSED_SECONDS = 30 * 86400.0  # an archive no catch-up read for this long belongs to a removed installation
 
 
 def java_binary() -> str | None:
@@ -94,12 +100,11 @@ class ClassArchive:
         return {**conf, OPTION: f"{current} {self.java_options()}".strip()}
 
     def finish(self, spark: object) -> None:
-        """After the job: when this run writes the archive, stop Spark, let the JVM exit (it writes
-        the archive then) and move the archive into place. Nothing to do when it read one."""
+        """After the job: when this run writes the archive, stop Spark and let the JVM exit (it writes
+        the archive then); a detached process puts the archive in place once the JVM is gone, so
+        the catch-up does not wait for the writing. Nothing to do when it read one."""
         if self.part is None:
             return
-        log = get_logger(component="catchup")
-        started = time.monotonic()
         proc = _gateway_process(spark)
         if proc is None:
             return
@@ -108,34 +113,79 @@ class ClassArchive:
         with contextlib.suppress(Exception):
             proc.stdin.close()  # the gateway exits at the end of its input
         try:
-            proc.wait(timeout=_EXIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            subprocess.Popen(
+                [sys.executable, "-P", "-m", __name__, str(proc.pid), str(self.part), str(self.path)],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # outlives this process, and a signal to its group
+            )
+        except OSError as exc:  # the catch-up is done: an archive not written only costs time
+            get_logger(component="catchup").warning("JVM class archive not written", error=str(exc))
+
+
+def settle(jvm_pid: int, part: Path, path: Path, timeout: float = _EXIT_SECONDS) -> bool:
+    """Wait for the JVM ``jvm_pid`` to exit (killed past ``timeout`` seconds), then move the archive
+    it wrote at ``part`` to ``path`` and prune the directory (:func:`prune`); True when moved."""
+    log = get_logger(component="catchup")
+    started = time.monotonic()
+    while _running(jvm_pid):
+        if time.monotonic() - started > timeout:
             with contextlib.suppress(OSError):
-                self.part.unlink()
-            log.warning("the Spark JVM did not exit in time; no class archive written", seconds=_EXIT_SECONDS)
-            return
-        if not self.part.is_file() or self.part.stat().st_size == 0:
+                os.kill(jvm_pid, 9)
             with contextlib.suppress(OSError):
-                self.part.unlink()
-            return
+                part.unlink()
+            log.warning("the Spark JVM did not exit in time; no class archive written", seconds=timeout)
+            return False
+        time.sleep(0.1)
+    if not part.is_file() or part.stat().st_size == 0:
+        with contextlib.suppress(OSError):
+            part.unlink()
+        return False
+    try:
+        os.replace(part, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            part.unlink()
+        log.warning("JVM class archive not put in place", path=str(path), error=str(exc))
+        return False
+    prune(path.parent)
+    log.info(
+        "JVM class archive written; later catch-ups start their JVM faster",
+        path=str(path),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    return True
+
+
+def prune(directory: Path, now: float | None = None) -> None:
+    """Remove the archives of ``directory`` unused for :data:`_UNUSED_SECONDS` and, past
+    :data:`_KEEP`, the least recently used (an archive's modification time is its last use)."""
+    now = time.time() if now is None else now
+    found: list[tuple[float, Path]] = []
+    for archive in directory.glob("spark-classes-*.jsa"):
+        with contextlib.suppress(OSError):
+            found.append((archive.stat().st_mtime, archive))
+    found.sort(reverse=True)
+    for rank, (used, archive) in enumerate(found):
+        if rank >= _KEEP or now - used > _UNUSED_SECONDS:
+            with contextlib.suppress(OSError):
+                archive.unlink()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
         try:
-            os.replace(self.part, self.path)
-        except OSError as exc:  # the catch-up is done: an archive not put in place only costs time
-            with contextlib.suppress(OSError):
-                self.part.unlink()
-            log.warning("JVM class archive not put in place", path=str(self.path), error=str(exc))
-            return
-        for old in self.path.parent.glob("spark-classes-*.jsa"):
-            if old != self.path:
-                with contextlib.suppress(OSError):
-                    old.unlink()
-        log.info(
-            "JVM class archive written; later catch-ups start their JVM faster",
-            path=str(self.path),
-            seconds=round(time.monotonic() - started, 1),
-        )
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def _gateway_process(spark: object) -> subprocess.Popen | None:
@@ -165,6 +215,8 @@ def class_archive(setting: str | None) -> ClassArchive | None:
         return None
     path = directory / f"spark-classes-{key}.jsa"
     if path.is_file():
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used now: pruning keeps the archives in use (prune)
         return ClassArchive(path, None)
     if not os.access(directory, os.W_OK):
         return None
@@ -174,3 +226,8 @@ def class_archive(setting: str | None) -> ClassArchive | None:
             if now - part.stat().st_mtime > _STALE_PART_SECONDS:
                 part.unlink()
     return ClassArchive(path, directory / f"spark-classes-{key}.{os.getpid()}.part")
+
+
+# Started by ClassArchive.finish: python -m applier.catchup.class_archive JVM_PID PART PATH
+if __name__ == "__main__":
+    settle(int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))

@@ -42,7 +42,7 @@ from applier.catchup.class_archive import ClassArchive, class_archive
 from applier.catchup.epochs import Epoch, epoch_of, plan_window
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads
 from applier.catchup.ranges import ranges_per_task, split_ranges
-from applier.catchup.replay import Skeleton, replay_skeleton
+from applier.catchup.replay import ReplayResult, Skeleton, replay_skeleton
 from applier.catchup.report import Progress, Summary, partition_label
 from applier.catchup.rows import (
     BUNDLE,
@@ -81,6 +81,29 @@ WRITER_BUCKETS = 256
 
 class CatchupError(FatalError, RuntimeError):
     """The catch-up cannot proceed; the message says why (no traceback for the operator)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    """The planned read: the window's lower bound, the offsets per partition, the ranges; with
+    several topics, ``places`` names each partition slot by topic and partition."""
+
+    lower: int
+    plan: ReadPlan
+    ranges: list
+    places: dict
+    several: bool
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self.plan.bounds)
+
+    @property
+    def total(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+    def label(self, partition: int) -> str:
+        return partition_label(self.places[partition]) if self.several else str(partition)
 
 
 class CatchupJob:
@@ -123,7 +146,7 @@ class CatchupJob:
     # -- downstream helpers --------------------------------------------------------------------
     def _retry(self, unit) -> None:
         """Run one unit of the driver (epoch checkpoint, DDL, hand-off) with the shared retry rule."""
-        runner = TransactionRunner(self.downstream, max_time=float(self.cfg.catchup_retry_seconds))
+        runner = TransactionRunner(self.downstream, max_time=self.cfg.catchup_retry_seconds)
         try:
             runner.run(unit)
         finally:
@@ -161,7 +184,7 @@ class CatchupJob:
             archive = self._archive = class_archive(self.cfg.catchup_class_archive)
             self._spark_home = spark_home_links(self.cfg.catchup_class_archive)
             if archive is not None:
-                action = "read" if archive.part is None else "written when the job ends"
+                action = "read" if archive.part is None else "written after the job ends"
                 self.log.info("JVM class archive", path=str(archive.path), action=action)
             # The JVM takes seconds to start: let it while the downstream and Kafka are planned.
             self._session_thread = threading.Thread(target=self._build_session, daemon=True)
@@ -214,42 +237,10 @@ class CatchupJob:
         return self._spark
 
     def _run(self, ckpt: Checkpoint, source: OffsetSource, started: float) -> None:
-        cfg = self.cfg
-        s = self.summary
-        g = ckpt.resolved_ts
-        lower = max(self.from_ts, g)
-        s.lower_ts = lower
-        margin = cfg.catchup_time_lookup_margin_seconds
-        several = self.topics.single is None
-        plan = plan_reads(
-            source,
-            self._stored_offsets(ckpt),
-            from_ts=lower,
-            time_margin_ms=None if margin is None else int(margin) * 1000,
-            several=several,
-            options=self.options,
-        )
-        bounds = plan.bounds
-        partitions = sorted(bounds)
-        # Several topics: slots inside, topic and partition wherever Kafka or the checkpoint sees them.
-        places = {p: source.key(p) for p in partitions} if several else {}
-        label = (lambda p: partition_label(places[p])) if several else str
-        key = places.__getitem__ if several else None
-        ranges = split_ranges(bounds, int(cfg.catchup_split_records), key=key)
-        total = sum(r.size for r in ranges)
-        quiet = {"quiet_partitions": [label(p) for p in sorted(plan.drained)], "seen_ts": plan.top}
-        self.log.info(
-            "planned",
-            lower_ts=lower,
-            checkpoint_ts=g,
-            partitions=len(partitions),
-            ranges=len(ranges),
-            records=total,
-            start_offsets={label(p): b[0] for p, b in sorted(bounds.items())},
-            end_offsets={label(p): b[1] for p, b in sorted(bounds.items())},
-            **(quiet if several else {}),
-        )
-        collapse_upto = self._collapse_bound(source, plan, lower)  # while the JVM starts
+        """The stages in order: plan the read, scan, derive the window, replay the skeleton, apply
+        the epochs, hand over (the module docstring says what each does)."""
+        read = self._plan(ckpt, source)
+        collapse_upto = self._collapse_bound(source, read.plan, read.lower)  # while the JVM starts
         spark = self._session()
         progress = Progress(spark, self.log, self._progress_interval)
         # Until here: the downstream's and Kafka's planning while the JVM started (reported alone:
@@ -258,95 +249,189 @@ class CatchupJob:
         progress.start()
         decoded = None
         try:
-            spec = ReadSpec(
-                bootstrap=cfg.kafka_bootstrap,
-                topic=self.topic,
-                group_id=cfg.group_id,
-                kafka_config=dict(cfg.kafka_config or {}),
-                options=self.options,
-                lower_ts=lower,
-                collapse_upto=collapse_upto,
-                buckets=WRITER_BUCKETS,
-                large=self.large if self.large.configured else None,
-                filter=self.tables.tables.rules if self.tables is not None else (),
-            )
-            progress.stage("scan", total_records=total, plan_apart=True)
-            if ranges:
-                decoded = self._read(spec, ranges)
-                skeleton = self._collect_skeleton(decoded, places)
-            else:
-                skeleton = Skeleton.from_arrow(self._empty_skeleton(), self.topic, places)
-            s.records, s.events = skeleton.records_read, skeleton.row_events
-            if self.tables is not None:  # the reading tasks dropped them; said here, once each
-                for schema, table in sorted(skeleton.filtered_tables):
-                    self.tables.note_skipped(schema, table)
-            progress.records_read = s.records
-            r, epochs = plan_window(
-                skeleton.controls,
-                partitions,
-                lower,
-                drained=plan.drained,
-                until=self.until,
-                applied=ckpt.applied_ddls,
-            )
-            if r < lower:
-                raise CatchupError(
-                    f"the backlog read only reaches resolved ts {r}, below the window's start {lower}: "
-                    "the topic does not hold the changes up to --from-ts yet (or --until is below it)"
-                )
-            s.resolved_ts = r
+            spec = self._read_spec(read.lower, collapse_upto)
+            decoded, skeleton = self._scan(spec, read, progress)
+            r, epochs = self._window(skeleton, read, ckpt)
             ddls = [e.ddl for e in epochs if e.ddl is not None]  # in the order they run
-            s.epochs = len(epochs)
             if decoded is not None and spec.collapse_upto is not None and len(epochs) > 1:
-                decoded = self._uncollapse_if_needed(decoded, spec, ranges, epochs)
-            table_floor = {t: ts for t, ts in ckpt.tables.items() if ts > lower}
-            progress.stage("replay")
-            replay = replay_skeleton(
-                skeleton,
-                topic=self.topic,
-                starts={p: b[0] for p, b in bounds.items()},
-                lower=lower,
-                upper=r,
-                table_floor=table_floor,
-                applied_ddls=ckpt.applied_ddls,
-                executed_ddls=[ddl_key(d) for d in ddls],
-                drained={p: (bounds[p][1], ts) for p, ts in plan.drained.items()},
-                places=places,
-            )
-            skeleton.drop_rows()  # the writers' turn: their rows are in the JVM and the workers
-            s.keyless_replays_dropped = replay.replayed_keyless
-            keyless = _keyless_by_epoch(replay.keyless_rows, epochs)
-            self.log.info(
-                "window",
-                resolved_ts=r,
-                epochs=len(epochs),
-                ddls=len(ddls),
-                row_events=s.events,
-                writer_rows=skeleton.data_rows,  # after the readers' collapse (before a re-read)
-                keyless_rows=len(replay.keyless_rows),
-            )
-            for epoch in epochs:
-                if epoch.has_rows and decoded is not None:
-                    plans = keyless.get(epoch.number, {})
-                    self._apply_epoch(epoch, decoded, plans, table_floor, progress, places)
-                if epoch.ddl is not None:
-                    progress.stage("ddl")
-                    self._apply_ddl(epoch)
-                    s.ddls += 1
-            progress.stage("handoff")
-            tables = set(skeleton.keyed_tables) | set(skeleton.keyless_tables) | set(ckpt.tables)
-            tables |= {(d.schema, d.table) for d in ddls if d.table}
-            # The checkpoint names partitions as the daemon reads it: by topic with several topics.
-            named: Any = (lambda m: {places[p]: v for p, v in m.items()}) if several else dict
-            offsets = named(replay.resume_offsets)
-            self._handoff(r, tables, offsets, named(replay.partition_resolved), ddls)
-            s.resume_offsets = offsets
+                decoded = self._uncollapse_if_needed(decoded, spec, read.ranges, epochs)
+            table_floor = {t: ts for t, ts in ckpt.tables.items() if ts > read.lower}
+            replay = self._replay(skeleton, read, r, ckpt, table_floor, ddls, progress)
+            self._apply_epochs(epochs, decoded, replay, table_floor, progress, read.places)
+            self._hand_over(r, skeleton, ckpt, ddls, replay, read, progress)
         finally:
             progress.stop()
-            s.stage_seconds = dict(progress.stage_seconds)
+            self.summary.stage_seconds = dict(progress.stage_seconds)
             if decoded is not None:
                 with contextlib.suppress(Exception):  # the session may be gone after a failure
                     decoded.unpersist()
+
+    def _plan(self, ckpt: Checkpoint, source: OffsetSource) -> _Read:
+        """Where the window starts and what to read: offsets per partition, cut into ranges."""
+        cfg = self.cfg
+        g = ckpt.resolved_ts
+        lower = max(self.from_ts, g)
+        self.summary.lower_ts = lower
+        margin = cfg.catchup_time_lookup_margin_seconds
+        several = self.topics.single is None
+        plan = plan_reads(
+            source,
+            self._stored_offsets(ckpt),
+            from_ts=lower,
+            time_margin_ms=None if margin is None else margin * 1000,
+            several=several,
+            options=self.options,
+        )
+        bounds = plan.bounds
+        # Several topics: slots inside, topic and partition wherever Kafka or the checkpoint sees them.
+        places = {p: source.key(p) for p in sorted(bounds)} if several else {}
+        key = places.__getitem__ if several else None
+        read = _Read(lower, plan, split_ranges(bounds, cfg.catchup_split_records, key=key), places, several)
+        label = read.label
+        quiet = {"quiet_partitions": [label(p) for p in sorted(plan.drained)], "seen_ts": plan.top}
+        self.log.info(
+            "planned",
+            lower_ts=lower,
+            checkpoint_ts=g,
+            partitions=len(bounds),
+            ranges=len(read.ranges),
+            records=read.total,
+            start_offsets={label(p): b[0] for p, b in sorted(bounds.items())},
+            end_offsets={label(p): b[1] for p, b in sorted(bounds.items())},
+            **(quiet if several else {}),
+        )
+        return read
+
+    def _read_spec(self, lower: int, collapse_upto: int | None) -> ReadSpec:
+        cfg = self.cfg
+        return ReadSpec(
+            bootstrap=cfg.kafka_bootstrap,
+            topic=self.topic,
+            group_id=cfg.group_id,
+            kafka_config=dict(cfg.kafka_config or {}),
+            options=self.options,
+            lower_ts=lower,
+            collapse_upto=collapse_upto,
+            buckets=WRITER_BUCKETS,
+            large=self.large if self.large.configured else None,
+            filter=self.tables.tables.rules if self.tables is not None else (),
+        )
+
+    def _scan(self, spec: ReadSpec, read: _Read, progress: Progress) -> tuple[Any, Skeleton]:
+        """Read and decode every range (cached), and collect the skeleton."""
+        s = self.summary
+        progress.stage("scan", total_records=read.total, plan_apart=True)
+        decoded = None
+        if read.ranges:
+            decoded = self._read(spec, read.ranges)
+            skeleton = self._collect_skeleton(decoded, read.places)
+        else:
+            skeleton = Skeleton.from_arrow(self._empty_skeleton(), self.topic, read.places)
+        s.records, s.events = skeleton.records_read, skeleton.row_events
+        if self.tables is not None:  # the reading tasks dropped them; said here, once each
+            for schema, table in sorted(skeleton.filtered_tables):
+                self.tables.note_skipped(schema, table)
+        progress.records_read = s.records
+        return decoded, skeleton
+
+    def _window(self, skeleton: Skeleton, read: _Read, ckpt: Checkpoint) -> tuple[int, list[Epoch]]:
+        """R, the end of the window, and the epochs between the DDLs to run (:mod:`.epochs`)."""
+        r, epochs = plan_window(
+            skeleton.controls,
+            read.partitions,
+            read.lower,
+            drained=read.plan.drained,
+            until=self.until,
+            applied=ckpt.applied_ddls,
+        )
+        if r < read.lower:
+            raise CatchupError(
+                f"the backlog read only reaches resolved ts {r}, below the window's start {read.lower}: "
+                "the topic does not hold the changes up to --from-ts yet (or --until is below it)"
+            )
+        self.summary.resolved_ts = r
+        self.summary.epochs = len(epochs)
+        return r, epochs
+
+    def _replay(
+        self,
+        skeleton: Skeleton,
+        read: _Read,
+        r: int,
+        ckpt: Checkpoint,
+        table_floor: dict,
+        ddls: list[DDLEvent],
+        progress: Progress,
+    ) -> ReplayResult:
+        """The daemon's listeners over the skeleton: the keyless rows to apply and the resume
+        offsets (:mod:`.replay`); the skeleton's rows are dropped after."""
+        bounds = read.plan.bounds
+        progress.stage("replay")
+        replay = replay_skeleton(
+            skeleton,
+            topic=self.topic,
+            starts={p: b[0] for p, b in bounds.items()},
+            lower=read.lower,
+            upper=r,
+            table_floor=table_floor,
+            applied_ddls=ckpt.applied_ddls,
+            executed_ddls=[ddl_key(d) for d in ddls],
+            drained={p: (bounds[p][1], ts) for p, ts in read.plan.drained.items()},
+            places=read.places,
+        )
+        skeleton.drop_rows()  # the writers' turn: their rows are in the JVM and the workers
+        self.summary.keyless_replays_dropped = replay.replayed_keyless
+        self.log.info(
+            "window",
+            resolved_ts=r,
+            epochs=self.summary.epochs,
+            ddls=len(ddls),
+            row_events=self.summary.events,
+            writer_rows=skeleton.data_rows,  # after the readers' collapse (before a re-read)
+            keyless_rows=len(replay.keyless_rows),
+        )
+        return replay
+
+    def _apply_epochs(
+        self,
+        epochs: list[Epoch],
+        decoded: Any,
+        replay: ReplayResult,
+        table_floor: dict,
+        progress: Progress,
+        places: dict,
+    ) -> None:
+        """Each epoch's rows (keyed by the writers, keyless in order), then its DDL on the driver."""
+        keyless = _keyless_by_epoch(replay.keyless_rows, epochs)
+        for epoch in epochs:
+            if epoch.has_rows and decoded is not None:
+                plans = keyless.get(epoch.number, {})
+                self._apply_epoch(epoch, decoded, plans, table_floor, progress, places)
+            if epoch.ddl is not None:
+                progress.stage("ddl")
+                self._apply_ddl(epoch)
+                self.summary.ddls += 1
+
+    def _hand_over(
+        self,
+        r: int,
+        skeleton: Skeleton,
+        ckpt: Checkpoint,
+        ddls: list[DDLEvent],
+        replay: ReplayResult,
+        read: _Read,
+        progress: Progress,
+    ) -> None:
+        """The daemon's checkpoint at R: every table, every partition's resume offset, the DDLs."""
+        progress.stage("handoff")
+        tables = set(skeleton.keyed_tables) | set(skeleton.keyless_tables) | set(ckpt.tables)
+        tables |= {(d.schema, d.table) for d in ddls if d.table}
+        # The checkpoint names partitions as the daemon reads it: by topic with several topics.
+        places = read.places
+        named: Any = (lambda m: {places[p]: v for p, v in m.items()}) if read.several else dict
+        offsets = named(replay.resume_offsets)
+        self._handoff(r, tables, offsets, named(replay.partition_resolved), ddls)
+        self.summary.resume_offsets = offsets
 
     def _stored_offsets(self, ckpt: Checkpoint) -> dict[tuple[str, int], int]:
         """The checkpoint's offsets of this job's topics, by topic and partition: one topic's only
@@ -411,7 +496,7 @@ class CatchupJob:
         from pyspark import StorageLevel
 
         cores = self._spark.sparkContext.defaultParallelism
-        per_task = ranges_per_task(ranges, cores, int(self.cfg.catchup_split_records))
+        per_task = ranges_per_task(ranges, cores, self.cfg.catchup_split_records)
         return (
             self._spark.read.format(SOURCE_NAME)
             .schema(SPARK_SCHEMA)
@@ -448,8 +533,8 @@ class CatchupJob:
             lower=epoch.lower,
             upper=epoch.upper,
             table_floor=dict(table_floor),
-            commit_rows=int(self.cfg.max_txn_rows),
-            retry_seconds=float(self.cfg.catchup_retry_seconds),
+            commit_rows=self.cfg.max_txn_rows,
+            retry_seconds=self.cfg.catchup_retry_seconds,
             checkpoint_schema=self.cfg.checkpoint_schema,
             changefeed=self.cfg.group_id,
             owner=self._owner(),
@@ -473,7 +558,7 @@ class CatchupJob:
         spec = self._write_spec(epoch, table_floor, places)
         progress.stage(f"epoch{epoch.number}")
         started = time.monotonic()
-        parallel = int(self.cfg.catchup_parallelism or 0) or spark.sparkContext.defaultParallelism
+        parallel = self.cfg.catchup_parallelism or spark.sparkContext.defaultParallelism
         # One round of tasks: a writer holds a group of buckets at a time, not its whole share
         # (writer.write_keyed), so a huge epoch needs no more tasks than there are cores.
         parts = min(parallel, WRITER_BUCKETS)

@@ -75,12 +75,9 @@ def ranges_per_task(ranges: Sequence[OffsetRange], cores: int, max_records: int)
     records (the most one range holds, ``catchup_split_records``), else one.
 
     Each wave of reading tasks costs time beside the reading (fresh Python workers and their
-    imports, Spark taking over each task's output before the slot's next task starts): read in one
-    wave, the 2M-event benchmark's scan (4 ranges of 32K records, 2 cores) took 10.7-11.0 s
-    instead of 11.1-11.9 s. The cap is for memory: the JVM builds a task's cached block whole
-    before storing it and keeps the heap it grew, so a task must not build a larger block than
-    one range gives. At ten million events (4 ranges of 156K records) two a task raised the
-    catch-up's peak from 2.0 to 2.05-2.16 GiB."""
+    imports, Spark taking over each task's output before the slot's next task starts). The cap is
+    for memory: the JVM builds a task's cached block whole before storing it and keeps the heap it
+    grew, so a task must not build a larger block than one range gives."""
     if not cores < len(ranges) <= 2 * cores:
         return 1
     if any(sum(r.size for r in group) > max_records for group in task_groups(ranges, 2)):

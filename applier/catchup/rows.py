@@ -1,7 +1,7 @@
 """Decoded events as Arrow columns, and back: the data the catch-up's Spark stages pass around.
 
 The executors decode Kafka records with the daemon's :func:`decode_record` and append each event
-to a ``BatchBuilder`` (:mod:`applier.catchup.batch_builder`, compiled: it is the scan's hot loop);
+to a ``BatchBuilder`` (:mod:`applier.catchup._batch_builder`, compiled: it is the scan's hot loop);
 the writers rebuild :class:`RowEvent` objects and hand them to ``sqlgen.plan_table``. In between,
 Spark only filters, caches and shuffles rows, and it does that row by row in the JVM: so what it
 carries in bulk travels as a few large opaque rows (pickles, Arrow IPC streams) that nothing in the
@@ -15,7 +15,7 @@ One Arrow row per item (:data:`SPARK_SCHEMA`):
   (an epoch's writers skip the ROWS rows outside it unread). A row's bucket comes from a CRC of
   its pickled (schema, table, handle key), or, for a key of one integer column, of the run of
   1,024 consecutive values it is in (neighbouring keys share a bucket and are written together:
-  ``batch_builder._bucket``), the same in every reader, so a key's rows from every reader meet
+  ``_batch_builder._bucket``), the same in every reader, so a key's rows from every reader meet
   in one bucket, and the writers are partitioned by bucket. A writer row holds an
   upsert's new image as its layout and a tuple of values (an ``ImageShape``, shared by the
   bucket's rows and so pickled once, as ``CompactImage`` holds it), a delete's handle-key

@@ -2,7 +2,7 @@
 
 The Spark side (options, input partitions) is :mod:`applier.catchup.source`; this module holds
 what only a reading task needs, so that Spark's planning workers never import it: the decoder,
-confluent-kafka, Arrow, the compiled :class:`~applier.catchup.batch_builder.BatchBuilder`.
+confluent-kafka, Arrow, the compiled :class:`~applier.catchup._batch_builder.BatchBuilder`.
 
 Large-message events are resolved in the task, as the daemon does (:mod:`applier.large_messages`):
 a record waits while its objects or upstream rows are fetched, the next ones of the range are read
@@ -32,10 +32,10 @@ from applier.large_messages.resolver import LargeMessageQueue
 from applier.stream.table_filter import EventFilter, TableFilter
 
 try:
-    from applier.catchup.batch_builder import BatchBuilder
+    from applier.catchup._batch_builder import BatchBuilder
 except ImportError as _e:  # an install from before the module existed: one clear line
     raise compiled_module_missing(
-        "the catch-up readers' compiled loop", "applier/catchup/batch_builder.pyx", _e
+        "the catch-up readers' compiled loop", "applier/catchup/_batch_builder.pyx", _e
     ) from _e
 
 STALL_SECONDS = 120.0  # no record for this long inside a range that should hold more: give up

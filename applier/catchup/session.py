@@ -2,15 +2,21 @@
 
 The Python workers must run this interpreter (``PYSPARK_PYTHON``), whose environment has the
 applier installed; in local mode the JVM binds to the loopback address (``SPARK_LOCAL_IP``), so
-nothing listens on other interfaces. No package is ever downloaded (``spark.jars.packages`` is
+nothing listens on other interfaces. The workers import the applier that is installed, wherever
+the catch-up is started: Python puts the working directory first on the path of a process started
+with ``-m``, as Spark starts its Python workers, so a catch-up started from a checkout would
+otherwise import the checkout's sources (without their compiled modules) in every task. The JVM
+is launched with ``PYTHONSAFEPATH`` set, which every worker it starts inherits, and executors get it
+as ``spark.executorEnv``. No package is ever downloaded (``spark.jars.packages`` is
 never set): Kafka is read by the Python data source, not by a JVM connector.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -18,6 +24,8 @@ from pyspark.sql import SparkSession
 from applier.catchup.class_archive import ClassArchive
 from applier.catchup.source import OpenProtocolSource
 from applier.catchup.spark_home import launched_from
+
+_SAFE_PATH = "PYTHONSAFEPATH"  # the interpreter leaves the working directory off sys.path
 
 DEFAULT_MASTER = "local[*]"
 _LOCAL_DEFAULTS = {
@@ -27,14 +35,14 @@ _LOCAL_DEFAULTS = {
     # In local mode the JVM shares the machine with the Python readers and writers, which do the
     # per-row work, while the JVM moves a few large rows (rows.py). Its optimising compiler and
     # parallel collector then mostly take cores from them: with the client compiler only and the
-    # serial collector, the JVM used 14-16 s of CPU instead of 26-31 s for a 2M-event backlog on
-    # 2 cores, and 0.8 GB instead of 1.2-1.3 GB. Setting this option replaces both.
+    # serial collector the JVM uses about half the CPU and two thirds of the memory
+    # (docs/performance.md). Setting this option replaces both.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     # Python workers started for each task instead of forked from a daemon: Spark's data-source
     # planning otherwise leaves a daemon and an idle worker per planning step alive for the whole
-    # job (about 550 MB on the 2M-event benchmark: the peak went from 2.8 to 1.9 GB), and a
+    # job (hundreds of megabytes), and a
     # worker is never reused by the next stage with its predecessor's garbage. Each task pays a
-    # fresh interpreter's imports instead (about a second; a catch-up has a few tasks per core).
+    # fresh interpreter's imports instead (a catch-up has a few tasks per core).
     "spark.python.use.daemon": "false",
 }
 _DEFAULTS = {
@@ -42,9 +50,9 @@ _DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     # The progress display reads task counts from Spark's status store, which by default records
     # a task's start only if 100 ms passed since the stage's last update: the scan's first tasks,
-    # started together right after the stage, were then seen only when one of them ended, and
-    # the read planning (until the first task runs, applier.catchup.report) was reported as
-    # 8.4-10.8 s instead of 2.9-3.6 s in about half the runs. A catch-up has a few tasks a stage.
+    # started together right after the stage, are then seen only when one of them ends, and
+    # the read planning (until the first task runs, applier.catchup.report) is reported seconds
+    # too long. A catch-up has a few tasks a stage.
     "spark.ui.liveUpdate.period": "0",
     # Rows per Arrow batch handed to Python (the writers' input, the skeleton's collect). Those rows
     # are large (a writer bucket's pickled rows, a skeleton bundle: tens of kilobytes each), and a
@@ -53,7 +61,7 @@ _DEFAULTS = {
     "spark.sql.shuffle.partitions": "8",
     "spark.python.worker.reuse": "true",
     # Task workers import PySpark from the installation, not from Spark's zip of its sources
-    # (about 0.6 s of CPU less per task): applier.catchup.spark_worker says why. The driver's JVM
+    # (less CPU per task): applier.catchup.spark_worker says why. The driver's JVM
     # gets no zips to begin with when launched from the Spark home links (applier.catchup.spark_home).
     "spark.python.worker.module": "applier.catchup.spark_worker",
 }
@@ -81,15 +89,30 @@ def build_session(
     if master.startswith("local"):
         settings.update(_LOCAL_DEFAULTS)
     settings.update(conf)
+    settings.setdefault(f"spark.executorEnv.{_SAFE_PATH}", "1")
     if archive is not None:
         settings = archive.with_options(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with launched_from(spark_home):
+    with launched_from(spark_home), _safe_path():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+@contextlib.contextmanager
+def _safe_path() -> Iterator[None]:
+    """``PYTHONSAFEPATH`` set while the JVM is launched (it inherits the environment, and so do the
+    Python workers it starts), then restored: this process's other children keep the usual path."""
+    if _SAFE_PATH in os.environ:
+        yield
+        return
+    os.environ[_SAFE_PATH] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(_SAFE_PATH, None)
 
 
 def register(spark: SparkSession) -> None:

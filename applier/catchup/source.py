@@ -26,8 +26,8 @@ This module is what Spark's planning workers import (the driver's JVM starts one
 data source and one to plan its read, one after the other, before the first reading task): it
 imports PySpark's data source classes and the ranges, nothing else. The reading itself, with the
 decoder, Kafka, Arrow and the compiled builder, is in :mod:`applier.catchup.scan`, imported by the
-reading tasks only; importing both in each planning worker cost about 0.2 s of CPU, twice, on the
-way to the scan.
+reading tasks only: importing both in each planning worker would cost CPU, twice, on the way to
+the scan.
 """
 
 from __future__ import annotations

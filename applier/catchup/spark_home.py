@@ -2,16 +2,16 @@
 
 Why: Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first on the path of every
 Python worker its JVM starts. The zip holds sources only, and Python compiles what it imports from
-a zip in every process: importing PySpark's planning worker that way took 0.8 s against 0.4 s from
-the installation's compiled files. Before the scan's first task, the driver's JVM starts such
+a zip in every process: importing PySpark's planning worker that way takes about twice as long
+as from the installation's compiled files. Before the scan's first task, the driver's JVM starts such
 workers one after another (Spark's lookup of the Python data sources, the creation of ours and
 the planning of its read), and in local mode one per task. ``spark.python.worker.module`` reaches
 the task workers only (:mod:`applier.catchup.spark_worker`); no setting reaches the others.
 
 So the JVM is launched with a SPARK_HOME of links to the installed PySpark's own entries (``bin``,
 ``jars``, ...) except ``python``: its workers find no zip and import the installed PySpark, of the
-same version by construction. On ``benchmarks/catchup.py`` (2M events, 2 cores) the start-up went
-from 3.0 to 2.5 s and the read planning from 2.2-2.6 to 1.5 s. The links are made once, in the
+same version by construction, and the start-up and the read planning are shorter
+(docs/performance.md). The links are made once, in the
 directory of the JVM's class archive (setting ``catchup_class_archive``; ``off``: none, and the JVM
 is launched from the installation itself); their name holds a digest of the installation's path
 and version, so an upgrade makes new ones. The class archive keeps matching: its jars are the same

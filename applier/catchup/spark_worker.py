@@ -3,15 +3,14 @@ installed PySpark rather than from the ``pyspark.zip`` that Spark puts first on 
 
 Why: that zip holds PySpark's sources only, and Python compiles a module imported from a zip every
 time (it caches compiled files only beside sources on disk). Each worker Spark starts (a process
-per task in local mode, see ``applier.catchup.session``) then spent about 0.7 s of CPU compiling
-PySpark before the task ran, against 0.15 s for the same imports from the installation's cached
-files; on a loaded 2-core machine that was a second or more at the start of every reader and
-writer task. The installed PySpark is used only when it is the zip's own version (a cluster
-started from the same installation); otherwise nothing changes. The zips stay on the path after
-the installation, for anything it lacks. The driver's own JVM (local mode's tasks, and Spark's
-planning workers everywhere) is launched without the zips at all (``applier.catchup.spark_home``):
-there this module finds none to move, and it matters for a cluster's executors, or when the
-links are off.
+per task in local mode, see ``applier.catchup.session``) then spends several times the CPU on
+compiling PySpark before the task runs than the same imports take from the installation's cached
+files, at the start of every reader and writer task. The installed PySpark is used only when it
+is the zip's own version (a cluster started from the same installation); otherwise nothing
+changes. The zips stay on the path after the installation, for anything it lacks. The driver's
+own JVM (local mode's tasks, and Spark's planning workers everywhere) is launched without the zips
+at all (``applier.catchup.spark_home``): there this module finds none to move, and it matters for
+a cluster's executors, or when the links are off.
 
 Session setting ``spark.python.worker.module`` names this module (``applier.catchup.session``);
 importing it must not import PySpark before the path is arranged.

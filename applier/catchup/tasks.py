@@ -3,8 +3,8 @@
 They are apart from :mod:`applier.catchup.job` because Spark pickles a task's function by
 reference: the worker imports the module that defines it. In local mode every task gets a fresh
 worker (``applier.catchup.session``), and importing the job's module (the driver's Spark calls,
-DDL execution and with it the SQL parser, the replay, the progress display) cost each writer task
-about 0.2 s of CPU more than these functions need (0.59 s against 0.40 s with PySpark's worker).
+DDL execution and with it the SQL parser, the replay, the progress display) would cost each
+writer task more CPU than these functions need.
 """
 
 from __future__ import annotations

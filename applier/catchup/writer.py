@@ -213,9 +213,8 @@ class _CommitPipe:
     """A writer task's transactions, committed one after another on a thread of their own.
 
     While the database runs one transaction's statements, the task rebuilds and plans the next:
-    done in turn, the database sat idle while the task planned and the task while the database
-    wrote (a writer alone on ``benchmarks/catchup.py``'s rows spent a third of its time waiting
-    for the database). The transactions keep their order and the session its single thread. A
+    done in turn, the database would sit idle while the task planned and the task while the
+    database wrote. The transactions keep their order and the session its single thread. A
     transaction is handed over only once the one before has committed, so a task holds at most
     two transactions' statements (the one running and the one it builds). The first error of a
     transaction is raised by the next ``put`` or by ``finish``, and nothing after it is committed.
@@ -245,8 +244,8 @@ class _CommitPipe:
 GROUP_ROWS = 20_000
 """Rows a writer task rebuilds, plans and binds at once (whole buckets, see :func:`write_keyed`).
 
-About one transaction's worth (``WriteSpec.commit_rows``): 50,000 held each writer about 20 MB
-more at 10M events (``benchmarks/catchup.py``) and wrote no faster."""
+About one transaction's worth (``WriteSpec.commit_rows``): larger groups hold more memory in
+each writer and write no faster."""
 
 
 def _bucket_groups(batches: Iterator[Any]) -> Iterator[list[bytes]]:

@@ -2,8 +2,8 @@
 """Reading the slots of the codec's slotted classes by their offset, for the compiled hot loops.
 
 Why: reading an attribute of a slotted instance through Python (a type lookup, the member
-descriptor, its getter) took a fifth of the catch-up builder's time per event (a profile of the
-builder alone); a slot read by its offset is one pointer load. Only for an object whose exact
+descriptor, its getter) is a large share of the catch-up builder's time per event
+(docs/performance.md); a slot read by its offset is one pointer load. Only for an object whose exact
 type was checked, and only for slots that are always set (``__init__`` or the decoder's fast path
 set them all); :func:`slot_offset` refuses anything but an object slot.
 """

@@ -330,9 +330,8 @@ def decode_record(
     columns and handle key are those of its new image comes as a CompactImage of the handle-key
     columns alone, the other columns checked but their values not built. Neither reads anything
     else of it (whether the update moves the key: the daemon's listener drops it when the key is
-    kept, ``sqlgen.update_keeps_key``), and building the values they drop cost about a quarter of
-    the catch-up's decode of a backlog, an eighth of the daemon's of benchmarks/apply.py's
-    stream. Other old images come whole, as always.
+    kept, ``sqlgen.update_keeps_key``), and building the values they drop is a good part of the
+    decode's time (docs/performance.md). Other old images come whole, as always.
     """
     plan, decompress = _plan_for(options)
     # Producers older than v4.0.5 send no column flags, which the fast path always gives up on.

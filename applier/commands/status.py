@@ -1,6 +1,6 @@
 """``applier status``: a changefeed's progress as the database records it, for people and scripts.
 
-It reads the checkpoint tables (``checkpoint.store.status_report``), not the daemon's memory, so it
+It reads the checkpoint tables (``checkpoint.status.status_report``), not the daemon's memory, so it
 gives the same answer whether the daemon runs, is stopped, or crashed: the checkpoint is what a
 restart would resume from. Whether an instance is active right now is read from the single-active
 lock (``IS_USED_LOCK``), which the active instance holds for as long as it runs.
@@ -27,7 +27,7 @@ from applier.kafka.topics import TopicSet
 from applier.ops.redact import redact_text
 from applier.settings.downstream import downstream_config
 from checkpoint.schema import quote_ident
-from checkpoint.store import status_report
+from checkpoint.status import status_report
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1

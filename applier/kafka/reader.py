@@ -177,15 +177,14 @@ def base_consumer_config(bootstrap: str, group_id: str, extra: Mapping[str, str]
         "enable.partition.eof": True,
         "fetch.wait.max.ms": 100,
         # librdkafka's prefetch: one queue for every partition of the consumer, held as fetched
-        # record batches outside Python's heap. 64 MiB (the earlier setting) cost about 80 MiB of
-        # the daemon's ~600 MiB peak RSS in benchmarks/apply.py, and 16 MiB about 10 MiB more than
-        # 8 MiB, which is still a third of a second of input at the apply rate there (six runs
-        # each: 72.2k and 71.1k rows/s, within the noise).
+        # record batches outside Python's heap, so it counts fully in the daemon's memory. 8 MiB
+        # is still a fraction of a second of input at the apply rate, and a larger queue applied
+        # no faster (docs/performance.md).
         "queued.max.messages.kbytes": 8192,
         # The daemon reads slower than the broker serves, so the prefetch queue is often full;
         # librdkafka then postpones a partition's next fetch by this much (default 1 s). The
-        # partition holding the barrier back must not wait that long: it stalled the whole
-        # pipeline (benchmarks/apply.py: ~42k -> ~51k rows/s with 20 ms).
+        # partition holding the barrier back must not wait that long: it stalls the whole
+        # pipeline (docs/performance.md).
         "fetch.queue.backoff.ms": 20,
         "client.id": "ticdc-applier",
         "log.connection.close": False,
@@ -438,8 +437,8 @@ class PartitionReader:
         consume = self._consumer.consume
         # What has arrived, without waiting; else wait for the first record only. librdkafka's
         # consume(n, timeout) returns when it has n records or the timeout passed: with a batch
-        # size the stream never fills, every read waited the whole timeout, and a resolved event
-        # with it (benchmarks/lag.py: 0-100 ms added to every window's latency).
+        # size the stream never fills, every read would wait the whole timeout, and a resolved
+        # event with it: that wait would add to every window's latency.
         msgs = consume(max_records, 0)
         if not msgs and timeout > 0:
             msgs = consume(1, timeout)

@@ -24,7 +24,7 @@ class Operations:
 
     def __init__(self, cfg: Any, environ: dict[str, str] | None = None) -> None:
         self.health = Health(
-            stall_seconds=float(cfg.stall_seconds), retry_report_seconds=float(cfg.retry_report_seconds)
+            stall_seconds=cfg.stall_seconds, retry_report_seconds=cfg.retry_report_seconds
         )
         self.metrics = MetricsObserver()
         self.systemd = SystemdObserver(Notifier(environ), self.health)

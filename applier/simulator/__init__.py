@@ -19,8 +19,10 @@ message, sent as claim-check references; ``write_claim_check_objects(sim, direct
 objects they name.
 
 Modules: ``tables`` (table definitions and TiCDC column metadata), ``values`` (random values),
-``workload`` (the upstream model), ``golang`` and ``encoder`` (the wire format), ``stream``
-(dispatch, batching, broadcasts, replays), ``producer`` (Kafka), ``verify`` (downstream check).
+``workload`` (the upstream model), ``golang`` and ``encoder`` (the wire format), ``stream`` (what
+the stream reproduces, and its public names) over ``model`` (settings, events, records, the
+simulation), ``emitter`` (dispatch, batching, broadcasts, faults) and ``driver`` (the workload in
+commit order), ``producer`` (Kafka), ``verify`` (downstream check).
 """
 
 from applier.simulator.producer import (

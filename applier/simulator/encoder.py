@@ -37,7 +37,7 @@ from applier.simulator.golang import Float32, go_json, go_json_fields, go_quote
 from applier.simulator.tables import BLOB_TYPES, STRING_TYPES, TYPE_FLOAT
 
 if TYPE_CHECKING:
-    from applier.simulator.stream import SimEvent
+    from applier.simulator.model import SimEvent
 
 PROTOCOL_VERSION = 1
 KEY_ROW = 1

@@ -11,7 +11,7 @@ import pymysql
 import pytest
 
 from applier.catchup import writer
-from applier.catchup.batch_builder import BatchBuilder
+from applier.catchup._batch_builder import BatchBuilder
 from applier.catchup.rows import ROWS, WRITER_ROW
 from applier.catchup.writer import WriteError, WriteSpec, write_keyed
 from applier.codec.events import RowKind
@@ -23,7 +23,7 @@ _KEY_VALUES = WRITER_ROW.index("key_values")
 
 
 RUN = 1024
-"""Integer keys go to writer buckets by runs of this many values (batch_builder._bucket): the
+"""Integer keys go to writer buckets by runs of this many values (_batch_builder._bucket): the
 tests' keys are this far apart, so that they spread over the buckets."""
 
 

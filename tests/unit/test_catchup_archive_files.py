@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,37 +83,85 @@ class _Spark:
         self.stopped = True
 
 
-def _jvm(writes: Path | None) -> subprocess.Popen:
-    """A stand-in for the gateway JVM: it exits at the end of its input, writing ``writes`` then."""
-    body = "import sys; sys.stdin.read()" + (f"; open({str(writes)!r}, 'wb').write(b'jsa')" if writes else "")
+def _jvm(writes: Path | None, delay: float = 0.0) -> subprocess.Popen:
+    """A stand-in for the gateway JVM: at the end of its input it waits ``delay`` seconds, then
+    writes ``writes`` and exits."""
+    body = f"import sys, time; sys.stdin.read(); time.sleep({delay!r})"
+    if writes:
+        body += f"; open({str(writes)!r}, 'wb').write(b'jsa')"
     return subprocess.Popen([sys.executable, "-c", body], stdin=subprocess.PIPE)
 
 
-def test_finish_lets_the_jvm_exit_and_moves_its_archive_into_place(
+def _eventually(check, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
+def test_finish_lets_the_jvm_exit_without_waiting_and_its_archive_is_put_in_place_after(
     java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    older = tmp_path / "spark-classes-0000000000000000.jsa"
-    older.write_bytes(b"an older Spark's")
+    archive = ca.class_archive(str(tmp_path))
+    assert archive is not None and archive.part is not None
+    proc = _jvm(archive.part, delay=2.0)
+    monkeypatch.setattr(ca, "_gateway_process", lambda spark: proc)
+    spark = _Spark()
+    started = time.monotonic()
+    archive.finish(spark)
+    assert time.monotonic() - started < 1.5, "finish does not wait for the JVM to write the archive"
+    assert spark.stopped and not archive.path.exists()
+    _eventually(lambda: archive.path.is_file())
+    assert archive.path.read_bytes() == b"jsa"
+    _eventually(lambda: not archive.part.exists())
+    proc.wait()
+
+
+def test_settle_moves_the_archive_into_place_and_keeps_other_installations_archives(
+    java: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "spark-classes-0000000000000000.jsa"
+    other.write_bytes(b"another Spark installation's")
     archive = ca.class_archive(str(tmp_path))
     assert archive is not None and archive.part is not None
     proc = _jvm(archive.part)
-    monkeypatch.setattr(ca, "_gateway_process", lambda spark: proc)
-    spark = _Spark()
-    archive.finish(spark)
-    assert spark.stopped and proc.returncode == 0
-    assert archive.path.read_bytes() == b"jsa"
-    assert not archive.part.exists() and not older.exists()
+    proc.stdin.close()
+    assert ca.settle(proc.pid, archive.part, archive.path)
+    assert proc.wait() == 0
+    assert archive.path.read_bytes() == b"jsa" and not archive.part.exists()
+    assert other.read_bytes() == b"another Spark installation's"
 
 
-def test_finish_without_an_archive_written_leaves_nothing(
-    java: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_settle_without_an_archive_written_leaves_nothing(java: Path, tmp_path: Path) -> None:
     archive = ca.class_archive(str(tmp_path))
     assert archive is not None and archive.part is not None
     proc = _jvm(None)
-    monkeypatch.setattr(ca, "_gateway_process", lambda spark: proc)
-    archive.finish(_Spark())
+    proc.stdin.close()
+    assert not ca.settle(proc.pid, archive.part, archive.path)
+    proc.wait()
     assert list(tmp_path.glob("spark-classes-*")) == []
+
+
+def test_prune_keeps_the_most_recently_used_archives_and_drops_the_long_unused(tmp_path: Path) -> None:
+    now = 1_000_000_000.0
+    archives = [tmp_path / f"spark-classes-{i:016x}.jsa" for i in range(ca._KEEP + 2)]
+    for age, path in enumerate(archives):
+        path.write_bytes(b"jsa")
+        os.utime(path, (now - age * 60, now - age * 60))
+    unused = tmp_path / "spark-classes-ffffffffffffffff.jsa"
+    unused.write_bytes(b"jsa")
+    os.utime(unused, (0, 0))
+    ca.prune(tmp_path, now=now)
+    assert sorted(tmp_path.glob("*.jsa")) == sorted(archives[: ca._KEEP])
+
+
+def test_an_archive_read_is_marked_used(java: Path, tmp_path: Path) -> None:
+    first = ca.class_archive(str(tmp_path))
+    assert first is not None
+    first.path.write_bytes(b"archive")
+    os.utime(first.path, (0, 0))
+    ca.class_archive(str(tmp_path))
+    assert first.path.stat().st_mtime > 0
 
 
 def test_finish_after_reading_an_archive_does_nothing(java: Path, tmp_path: Path, monkeypatch) -> None:

@@ -15,7 +15,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from applier.catchup.batch_builder import BatchBuilder
+from applier.catchup._batch_builder import BatchBuilder
 from applier.catchup.epochs import ddls_to_run, global_resolved, partition_resolved
 from applier.catchup.replay import Skeleton, replay_skeleton
 from applier.catchup.rows import ARROW_SCHEMA, unbundle

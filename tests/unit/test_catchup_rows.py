@@ -8,7 +8,7 @@ import zlib
 import pyarrow as pa
 import pytest
 
-from applier.catchup.batch_builder import BatchBuilder
+from applier.catchup._batch_builder import BatchBuilder
 from applier.catchup.rows import (
     ARROW_SCHEMA,
     ROW,

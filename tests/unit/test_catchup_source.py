@@ -8,7 +8,7 @@ import confluent_kafka
 import pytest
 
 from applier.catchup import scan, source
-from applier.catchup.batch_builder import BatchBuilder
+from applier.catchup._batch_builder import BatchBuilder
 from applier.catchup.ranges import OffsetRange
 from applier.codec.decoder import DecoderOptions
 

@@ -15,7 +15,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from applier.codec.events import claim_check_name
-from applier.large_messages import storage
 from applier.large_messages.storage import (
     FileLocation,
     FileStore,
@@ -179,7 +178,7 @@ def test_permission_denied_is_unreadable_at_once(tmp_path: Path, monkeypatch: py
         calls.append(path)
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    monkeypatch.setattr(storage.os, "open", denied)
+    monkeypatch.setattr(os, "open", denied)
     with pytest.raises(ObjectUnreadable, match="Permission denied") as info:
         FileStore(str(tmp_path), retry=FAST).read("x.json")
     assert len(calls) == 1 and not info.value.retried
@@ -196,7 +195,7 @@ def test_transient_io_errors_are_retried(tmp_path: Path, monkeypatch: pytest.Mon
             raise OSError(code, os.strerror(code), path)
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(storage.os, "open", flaky)
+    monkeypatch.setattr(os, "open", flaky)
     with capture_logs() as logs:
         assert FileStore(str(tmp_path), retry=RetryPolicy(budget=5, initial=0.01, maximum=0.02)).read(
             "x.json"
@@ -214,7 +213,7 @@ def test_transient_errors_give_up_after_the_budget(tmp_path: Path, monkeypatch: 
     def broken(path: str, flags: int, *args: object) -> int:
         raise OSError(errno.EIO, "Input/output error", path)
 
-    monkeypatch.setattr(storage.os, "open", broken)
+    monkeypatch.setattr(os, "open", broken)
     with pytest.raises(ObjectUnreadable) as info:
         FileStore(str(tmp_path), retry=FAST).read("x.json")
     assert info.value.retried and info.value.attempts > 1
@@ -225,7 +224,7 @@ def test_a_zero_budget_makes_one_attempt(tmp_path: Path, monkeypatch: pytest.Mon
     def broken(path: str, flags: int, *args: object) -> int:
         raise OSError(errno.EIO, "Input/output error", path)
 
-    monkeypatch.setattr(storage.os, "open", broken)
+    monkeypatch.setattr(os, "open", broken)
     with pytest.raises(ObjectUnreadable) as info:
         FileStore(str(tmp_path), retry=RetryPolicy(budget=0)).read("x.json")
     assert info.value.attempts == 1 and not info.value.retried

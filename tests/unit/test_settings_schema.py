@@ -216,3 +216,15 @@ def test_from_ts_with_start_latest_is_refused() -> None:
     with pytest.raises(ConfigError, match="from_ts and start = latest contradict each other"):
         resolve("run", {**BASE_WITH_SECRET, "from_ts": "449999999999999999", "start": "latest"}, {})
     assert resolve("run", {**BASE_WITH_SECRET, "from_ts": "449999999999999999", "start": "earliest"}, {})
+
+
+def test_config_has_one_typed_attribute_per_setting() -> None:
+    from applier.settings.config import _Value
+    from applier.settings.schema import SETTINGS, Config
+
+    attributes = {name for name, value in vars(Config).items() if isinstance(value, _Value)}
+    assert attributes == {s.name for s in SETTINGS}
+    cfg = Config({"apply_workers": 3})
+    assert cfg.apply_workers == 3
+    with pytest.raises(AttributeError):
+        cfg.until  # noqa: B018 - a setting the command does not have

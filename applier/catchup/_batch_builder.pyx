@@ -418,9 +418,8 @@ cdef Py_ssize_t _bucket(scm, tbl, tuple key, Py_ssize_t buckets, dict runs):
     ``1 << _RUN_BITS`` consecutive values instead, so that a bucket's rows are runs of neighbouring
     keys: a writer then writes each group of buckets into a few stretches of the table's primary
     key, rather than one row every few dozen keys over all of it. Spread key by key, every group
-    of a writer touched nearly every page of the primary key, and once the table outgrew the
-    buffer pool each of them waited for those pages: the write stage of ``benchmarks/catchup.py``
-    (450,000 rows, MariaDB's default 128 MiB pool) took 7.6-9.9 s, in runs 5.9-6.7 s.
+    of a writer touches nearly every page of the primary key, and once the table outgrows the
+    buffer pool each of them waits for those pages.
     ``runs`` remembers the bucket of each run seen: a pickle and its CRC cost as much as ten
     dict lookups, per row written out."""
     cdef tuple values = key[1]
