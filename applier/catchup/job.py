@@ -39,7 +39,7 @@ from applier.apply.handoff import write_handoff
 from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.class_archive import ClassArchive, class_archive
-from applier.catchup.epochs import Epoch, epoch_of, plan_window
+from applier.catchup.epochs import Epoch, epoch_of, plan_catchup
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads
 from applier.catchup.ranges import ranges_per_task, split_ranges
 from applier.catchup.replay import Skeleton, replay_skeleton
@@ -281,7 +281,7 @@ class CatchupJob:
                 for schema, table in sorted(skeleton.filtered_tables):
                     self.tables.note_skipped(schema, table)
             progress.records_read = s.records
-            r, epochs = plan_window(
+            r, epochs = plan_catchup(
                 skeleton.controls,
                 partitions,
                 lower,

@@ -369,10 +369,6 @@ class PartitionListener:
         """Distinct commit ts of cached rows that are <= ``ts``, ascending."""
         return self._ts_sorted[: bisect_right(self._ts_sorted, ts)]
 
-    def row_count_at(self, ts: int) -> int:
-        g = self._groups.get(ts)
-        return 0 if g is None else g.count
-
     def count_upto(self, ts: int) -> int:
         """Number of cached rows (in memory or spilled) with commit ts <= ``ts``."""
         i = bisect_right(self._ts_sorted, ts)

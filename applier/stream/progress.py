@@ -7,11 +7,11 @@ Only the barrier writes to it (in ``Barrier.mark_applied``); listeners only read
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from applier.codec.events import DDLEvent
+from checkpoint import ddl_digest
 
 TableKey = tuple[str, str]
 """(schema, table) of a row or DDL event."""
@@ -20,11 +20,6 @@ DDLKey = tuple[int, str]
 """(commit_ts, sha256 hex digest of the query text): how a DDL is recognised across broadcasts and
 replays. Two different DDLs may share a commit ts (TiCDC splits some multi-table DDLs), so the ts
 alone is not enough."""
-
-
-def ddl_digest(query: str) -> str:
-    """The query digest used in DDL keys and stored in checkpoints."""
-    return hashlib.sha256(query.encode()).hexdigest()
 
 
 def ddl_key(ddl: DDLEvent) -> DDLKey:
@@ -61,13 +56,6 @@ class SharedProgress:
             t: ts for t, ts in state.table_ts.items() if ts > state.applied_ts
         }
         self.applied_ddls: set[DDLKey] = {k for k in state.applied_ddls if k[0] > state.applied_ts}
-
-    def skip_threshold(self, table: TableKey) -> int:
-        """Rows of ``table`` with commit ts <= this are already applied downstream."""
-        floor = self.table_ts.get(table)
-        if floor is None or floor <= self.applied_ts:
-            return self.applied_ts
-        return floor
 
     def is_ddl_applied(self, key: DDLKey) -> bool:
         return key[0] <= self.applied_ts or key in self.applied_ddls

@@ -369,29 +369,6 @@ def test_max_rows_takes_whole_transactions() -> None:
     assert [(w.target_ts, len(w.rows)) for w in steps] == [(10, 3), (40, 2)]
 
 
-def _window(rows: list[RowEvent]) -> Window:
-    return Window(100, rows, None, {}, {}, frozenset(), 0)
-
-
-def test_chunks_split_keyed_rows_between_transactions_in_ts_order() -> None:
-    w = _window([keyed_row(30, 1), keyed_row(10, 2), keyed_row(20, 3), keyed_row(10, 4), keyed_row(20, 5)])
-    chunks = list(w.chunks(2))
-    assert [[r.commit_ts for r in c] for c in chunks] == [[10, 10], [20, 20], [30]]
-    assert [[r.commit_ts for r in c] for c in w.chunks(3)] == [[10, 10], [20, 20, 30]]
-    assert [len(c) for c in w.chunks(None)] == [5]
-    big_txn = _window([keyed_row(10, i) for i in range(5)])
-    assert [len(c) for c in big_txn.chunks(2)] == [5]
-    assert list(_window([]).chunks(2)) == []
-    with pytest.raises(ValueError):
-        list(w.chunks(0))
-
-
-def test_chunks_never_split_a_window_with_keyless_rows() -> None:
-    w = _window([keyed_row(10, 1), keyed_row(20, 2), keyless_row(30, 1), keyed_row(40, 3)])
-    assert w.has_keyless_rows()
-    assert [len(c) for c in w.chunks(1)] == [4]
-
-
 # ---------------------------------------------------------------------------- back-pressure
 
 
