@@ -118,7 +118,7 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 }
 
 
-class CheckpointSchemaError(FatalError, RuntimeError):
+class CheckpointSchemaError(FatalError):
     """The checkpoint schema cannot be used by this applier (e.g. written by a newer release)."""
 
 

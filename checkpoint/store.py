@@ -74,7 +74,7 @@ the resolved ts has passed them: no restart needs them, an operator may (``appli
 _DROP_SCHEMA, _DROP_TABLE = 2, 4  # DDL type codes (docs/open-protocol.md §8)
 
 
-class FencedOut(FatalError, RuntimeError):
+class FencedOut(FatalError):
     """Another instance has claimed this changefeed since we did: we must stop applying.
 
     Not a transient error: replaying the transaction cannot help.

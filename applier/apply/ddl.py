@@ -60,11 +60,11 @@ from sqlgen.ddl_route import DROP_SCHEMA_DDL_TYPE
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, tokenize
 
 
-class DDLFailed(FatalError, RuntimeError):
+class DDLFailed(FatalError):
     """A DDL failed with an error that retrying cannot fix; the message names the DDL and the code."""
 
 
-class DDLUnsettled(FatalError, RuntimeError):
+class DDLUnsettled(FatalError):
     """A DDL journaled before a crash cannot be decided from the catalogue; an operator must look."""
 
 

@@ -44,7 +44,7 @@ from sqlgen import (
 )
 
 
-class ApplyError(FatalError, RuntimeError):
+class ApplyError(FatalError):
     """A permanent downstream error: replaying cannot help, an operator must look."""
 
 

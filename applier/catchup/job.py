@@ -79,7 +79,7 @@ from sqlgen import Dialect, TablePlan, plan_table
 WRITER_BUCKETS = 256
 
 
-class CatchupError(FatalError, RuntimeError):
+class CatchupError(FatalError):
     """The catch-up cannot proceed; the message says why (no traceback for the operator)."""
 
 

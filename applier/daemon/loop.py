@@ -339,16 +339,6 @@ class Daemon:
         nothing at or after it is. A restart stops at the same record.
         """
         if self._bad_input is not None and self._drained(self._drain_deadline, self._bad_partitions):
-            self._apply_ready(drain=True)
-            raise self._bad_input
-
-    def _stop_on_bad_input(self) -> None:
-        """After bad input, once the healthy partitions are drained: apply what can be, then raise.
-
-        Everything the barrier could release before the bad record is applied and checkpointed;
-        nothing at or after it is. A restart stops at the same record.
-        """
-        if self._bad_input is not None and self._drained(self._drain_deadline, self._bad_partitions):
             self.windows.apply_ready(drain=True)
             raise self._bad_input
 

@@ -50,7 +50,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import tenacity
 
 from applier.downstream.url import Secret
-from applier.errors import ApplierError, ConfigurationError
+from applier.large_messages.errors import (
+    ObjectMissing,
+    ObjectStoreConfigError,
+    ObjectStoreError,
+    ObjectUnreadable,
+)
 from applier.ops.logs import get_logger
 from applier.ops.redact import redact_text, redact_url
 
@@ -74,47 +79,6 @@ __all__ = [
 _log = get_logger(component="claim-check")
 
 INSTALL_HINT: Final = "pip install 'ticdc-applier[s3]'"
-
-
-# --- errors --------------------------------------------------------------------------------------
-
-
-class ObjectStoreError(ApplierError):
-    """Base of every error of this module; its message never contains a secret."""
-
-
-class ObjectStoreConfigError(ObjectStoreError, ConfigurationError, ValueError):
-    """The storage root (URI or options) is unusable. A ValueError too, like the other config errors."""
-
-
-class ObjectMissing(ObjectStoreError):
-    """The object does not exist under the root: permanent (TiCDC writes it before sending its record,
-    so it was removed since, e.g. by a lifecycle rule, or the root names another place)."""
-
-    def __init__(self, name: str, where: str) -> None:
-        self.name = name
-        self.where = where
-        super().__init__(f"object {name!r} does not exist in {where}")
-
-
-class ObjectUnreadable(ObjectStoreError):
-    """The object could not be read and trying again now will not help.
-
-    ``reason`` says why (no secrets). ``retried`` is true when the failures were transient but lasted
-    longer than the retry budget; ``attempts`` counts the reads made (each may include botocore's
-    own retries).
-    """
-
-    def __init__(
-        self, name: str, where: str, reason: str, *, retried: bool = False, attempts: int = 1
-    ) -> None:
-        self.name = name
-        self.where = where
-        self.reason = reason
-        self.retried = retried
-        self.attempts = attempts
-        tail = f" (still failing after {attempts} attempts, retried for the whole budget)" if retried else ""
-        super().__init__(f"cannot read object {name!r} from {where}: {reason}{tail}")
 
 
 class _Transient(Exception):

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from applier.stream.table_filter import TableFilter
 
 
-class ConfigError(ConfigurationError, ValueError):
+class ConfigError(ConfigurationError):
     """A setting is missing, unknown or has a bad value; the message names it."""
 
 

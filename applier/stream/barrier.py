@@ -47,7 +47,7 @@ from applier.stream.spill import GroupPart, SpillDir, StreamedRows
 from applier.stream.window import Window
 
 
-class StaleWindowError(ApplierError, RuntimeError):
+class StaleWindowError(ApplierError):
     """``mark_applied`` got a window that was not built from the current applied state."""
 
 

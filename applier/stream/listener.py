@@ -74,7 +74,7 @@ _DELETE = RowKind.DELETE
 _K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
 
 
-class RowsBehindWatermark(InputError, ValueError):
+class RowsBehindWatermark(InputError):
     """A partition the barrier had left out as empty delivered a row the watermark already passed.
 
     TiCDC starts writing to a partition it did not use (the default topic after a changefeed
