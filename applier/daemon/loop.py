@@ -40,7 +40,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from applier.apply.window_applier import Stopping
+from applier.apply.window_applier import Stopping, WindowApplier
 from applier.codec.decoder import decode_record
 from applier.codec.events import Event
 from applier.daemon.pacing import FlowControl
@@ -49,17 +49,14 @@ from applier.daemon.tuning import Tuning
 from applier.daemon.windows import WindowPipeline
 from applier.downstream.lock import LockSuspended
 from applier.errors import EXIT_FATAL, EXIT_OK, FatalError, InputError
-from applier.kafka.reader import PartitionReader, Record, check_consumer_config
+from applier.kafka.reader import PartitionReader, Record
 from applier.large_messages.resolver import LargeMessageError
-from applier.large_messages.settings import LargeMessageSettings
 from applier.ops.logs import get_logger
 from applier.ops.observer import Observer, Observers
 from applier.ops.redact import redact_text
-from applier.settings.downstream import downstream_config
 from applier.settings.schema import Config
 from applier.stream.listener import cache_bytes
 from applier.stream.table_filter import EventFilter, table_event_filter
-from checkpoint import CheckpointStore
 
 
 class Daemon:
@@ -97,13 +94,9 @@ class Daemon:
         self.log = get_logger(changefeed=cfg.group_id, topic=cfg.topic)
         self._stop = threading.Event()
         self.options = cfg.decoder_options()
-        self.downstream = downstream_config(cfg)  # raises ConfigurationError
-        self.stages = Stages(large=LargeMessageSettings.from_config(cfg).queue(self.options))
-        self.tables = table_event_filter(cfg.table_filter(), self.log)
-        self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
-        self.router = cfg.router()  # route rules; raises ConfigurationError
-        check_consumer_config(cfg.group_id, cfg.kafka_config)  # raises ConfigurationError
-        self._new_reader = new_reader
+        self.stages = Stages()
+        self.startup = Startup(cfg, self.stages, self.observer, self._stop, self.log, self.tuning, new_reader)
+        self.tables = table_event_filter(cfg.table_filter(), self.log)  # raises ConfigurationError
 
     # -- signals -------------------------------------------------------------------------------
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
@@ -138,19 +131,13 @@ class Daemon:
                 self.observer.on_state("stopping")
             self.stages.close()
 
+    @property
+    def applier(self) -> WindowApplier | None:
+        """The window applier, once started (its ``stats``: what was committed)."""
+        return self.stages.applier
+
     def _run(self) -> int:
-        Startup(
-            self.cfg,
-            downstream=self.downstream,
-            store=self.store,
-            router=self.router,
-            stages=self.stages,
-            observer=self.observer,
-            stop=self._stop,
-            log=self.log,
-            tuning=self.tuning,
-            new_reader=self._new_reader,
-        ).run()
+        self.startup.run()
         self.observer.on_ready()
         return self._loop()
 
@@ -204,19 +191,12 @@ class Daemon:
     def _start_loop(self) -> None:
         """The loop's parts over the stages the start-up built, and its state."""
         stages, cfg, tuning = self.stages, self.cfg, self.tuning
-        assert stages.reader is not None and stages.barrier is not None and stages.applier is not None
-        self.flow = FlowControl(
-            stages.reader,
-            stages.barrier,
-            tuning=tuning,
-            max_cached_bytes=cfg.max_cached_bytes,
-            large=stages.large,
-            observer=self.observer,
-            log=self.log,
-        )
+        reader, barrier, observer, log = stages.reader, stages.barrier, self.observer, self.log
+        assert reader is not None and barrier is not None and stages.applier is not None
+        self.flow = FlowControl(reader, barrier, stages.large, tuning, cfg.max_cached_bytes, observer, log)
         self.windows = WindowPipeline(
-            stages.reader,
-            stages.barrier,
+            reader,
+            barrier,
             stages.applier,
             tuning=tuning,
             max_txn_rows=cfg.max_txn_rows,

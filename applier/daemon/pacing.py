@@ -35,10 +35,9 @@ class FlowControl:
         self,
         reader: PartitionReader,
         barrier: Barrier,
-        *,
+        large: LargeMessageQueue | None,
         tuning: Tuning,
         max_cached_bytes: int,
-        large: LargeMessageQueue | None,
         observer: Observer,
         log: Any,
     ) -> None:

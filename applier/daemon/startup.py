@@ -20,6 +20,7 @@ would lose rows).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -33,18 +34,17 @@ from applier.apply.window_applier import ApplyHooks, ApplySettings, Stopping, Wi
 from applier.daemon.tuning import Tuning
 from applier.downstream.lock import ActiveLock, LockWait
 from applier.downstream.retry import RetryLog
-from applier.downstream.url import DownstreamConfig
 from applier.downstream.watch import StatementWatch
-from applier.kafka.reader import BrokerUnreachable, PartitionReader, TopicMissing
+from applier.kafka.reader import BrokerUnreachable, PartitionReader, TopicMissing, check_consumer_config
 from applier.large_messages.resolver import LargeMessageQueue
+from applier.large_messages.settings import LargeMessageSettings
 from applier.ops.observer import Observers
+from applier.settings.downstream import downstream_config
 from applier.settings.schema import Config
 from applier.stream.barrier import Barrier
 from applier.stream.partition_watch import PartitionWatch
-from applier.stream.progress import CheckpointState
 from applier.stream.spill import SpillDir, default_spill_root
 from checkpoint import CheckpointStore
-from sqlgen import Router
 from sqlgen.quoting import quote_table
 
 T = TypeVar("T")
@@ -97,15 +97,16 @@ class Stages:
 
 
 class Startup:
-    """The start-up steps of one daemon; :meth:`run` fills ``stages``."""
+    """The start-up steps of one daemon; :meth:`run` fills ``stages``.
+
+    Built with the daemon, so that what only the configuration can fix (the downstream's
+    settings, the large-message source, route rules, the Kafka client's settings) raises its
+    ``ConfigurationError`` before anything is connected to.
+    """
 
     def __init__(
         self,
         cfg: Config,
-        *,
-        downstream: DownstreamConfig,
-        store: CheckpointStore,
-        router: Router,
         stages: Stages,
         observer: Observers,
         stop: threading.Event,
@@ -113,10 +114,14 @@ class Startup:
         tuning: Tuning,
         new_reader: NewReader = PartitionReader,
     ) -> None:
-        self.cfg, self.downstream, self.store, self.router = cfg, downstream, store, router
-        self.stages, self.observer, self._stop, self.log = stages, observer, stop, log
+        self.cfg, self.stages, self.observer, self._stop, self.log = cfg, stages, observer, stop, log
         self.tuning = tuning
         self._new_reader = new_reader
+        self.downstream = downstream_config(cfg)  # raises ConfigurationError
+        stages.large = LargeMessageSettings.from_config(cfg).queue(cfg.decoder_options())
+        self.store = CheckpointStore(cfg.checkpoint_schema, cfg.group_id)
+        self.router = cfg.router()  # route rules; raises ConfigurationError
+        check_consumer_config(cfg.group_id, cfg.kafka_config)  # raises ConfigurationError
 
     def run(self) -> None:
         """Every step; the stages are ready for the loop once this returns. Raises ``Stopping``
@@ -180,12 +185,8 @@ class Startup:
             has_checkpoint,
             cfg.start,
         )
-        state = CheckpointState(
-            applied_ts=ckpt.resolved_ts,
-            table_ts=ckpt.tables,
-            applied_ddls=frozenset(ckpt.applied_ddls),
-            offsets={p: o for p, o in start.items() if isinstance(o, int)},
-        )
+        # The barrier names partitions by slot (applier.kafka.topics): the offsets it starts from.
+        state = dataclasses.replace(ckpt, offsets={p: o for p, o in start.items() if isinstance(o, int)})
         # Spill files of an earlier run are never trusted: the topic is re-read from the
         # checkpoint's offsets. Emptied only now that this instance holds the lock.
         spill = stages.spill = SpillDir(cfg.spill_dir or default_spill_root(), cfg.group_id).open()

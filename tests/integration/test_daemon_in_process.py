@@ -10,6 +10,7 @@ what each stage did, from the inside, in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
@@ -131,13 +132,11 @@ class Seen(Observer):
 @pytest.fixture
 def schemas(mariadb_params: dict) -> Iterator[tuple[str, str]]:
     """An upstream schema name (the daemon creates it from the stream's DDLs) and a checkpoint schema."""
-    names = (f"up_{uuid.uuid4().hex[:10]}", f"ckpt_{uuid.uuid4().hex[:10]}")
-    yield names
-    conn = pymysql.connect(**mariadb_params, autocommit=True)
-    with conn.cursor() as cur:
-        for name in names:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    conn.close()
+    tag = uuid.uuid4().hex[:10]
+    yield f"up_{tag}", f"ckpt_{tag}"
+    with contextlib.closing(pymysql.connect(**mariadb_params, autocommit=True)) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `up_{tag}`")
+        cur.execute(f"DROP DATABASE IF EXISTS `ckpt_{tag}`")
 
 
 def _daemon(

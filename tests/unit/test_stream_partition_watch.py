@@ -26,7 +26,7 @@ from applier.ops.observer import Observers
 from applier.settings.schema import Config
 from applier.stream.barrier import Barrier
 from applier.stream.partition_watch import PartitionWatch
-from applier.stream.progress import CheckpointState
+from checkpoint import Checkpoint
 from tests.builders import resolved_record
 from tests.unit.kafka_fakes import FakeConsumer, FakeOracle, Msg, event
 
@@ -284,7 +284,7 @@ def test_loop_exits_caught_up_with_a_partition_that_stays_empty() -> None:
 def test_several_topics_are_caught_up_only_once_the_highest_resolved_ts_read_is_applied() -> None:
     """Read to their end, a quiet partition still waits for its drain probe (and the watermark for
     the next topic listing): no window being ready does not mean caught up yet."""
-    barrier = Barrier([0, 1], CheckpointState(applied_ts=50, offsets={0: 0, 1: 0}))
+    barrier = Barrier([0, 1], Checkpoint(resolved_ts=50, offsets={0: 0, 1: 0}))
     barrier.feed(0, 0, [ResolvedEvent(60, Position("a", 0, 0, 0))], 0, None)
     daemon = Daemon.__new__(Daemon)
     daemon.cfg = Config({"topic": "a,b", "exit_when_caught_up": True})
@@ -297,7 +297,7 @@ def test_several_topics_are_caught_up_only_once_the_highest_resolved_ts_read_is_
         barrier.mark_applied(window)
     assert barrier.applied_ts == 60 and daemon._caught_up([])
     watch.several = False  # one topic: every partition gets every resolved event
-    daemon.stages.barrier = Barrier([0], CheckpointState(applied_ts=50, offsets={0: 0}))
+    daemon.stages.barrier = Barrier([0], Checkpoint(resolved_ts=50, offsets={0: 0}))
     assert daemon._caught_up([])
 
 
