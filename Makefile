@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint services tools bench clean
+.PHONY: demo test lint services tools bench clean test-deploy test-systemd
 
 # The demo needs the embedded broker only; the tests also need Spark, linters and schema tools.
 # Installing compiles the hot loops (setup.py): a changed .pyx or .pxd reinstalls.
@@ -53,6 +53,22 @@ lint: $(BIN)/.installed-test
 
 test: $(BIN)/.installed-test tools services lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+
+# The deployments under real engines, apart from `make test` (root, a few minutes): .ci/run runs them.
+test-deploy: test-systemd
+
+# The unit under a real systemd (tests/deploy/test_systemd.py): a Debian rootfs made by mmdebstrap and
+# booted by systemd-nspawn, cached under /var/cache/ticdc-applier-tests/systemd. Both programs are
+# installed with apt-get when missing.
+test-systemd: $(BIN)/.installed-test services
+	@missing=""; \
+	command -v systemd-nspawn >/dev/null 2>&1 || missing="$$missing systemd-container"; \
+	command -v mmdebstrap >/dev/null 2>&1 || missing="$$missing mmdebstrap"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider --tb=short tests/deploy/test_systemd.py
 
 bench: $(BIN)/.installed-test services
 	$(BIN)/python benchmarks/decode.py

@@ -135,3 +135,20 @@ def test_the_example_configuration_is_valid(tmp_path: Path) -> None:
     env = configparser.ConfigParser()
     env.read_string("[env]\n" + (ROOT / "systemd" / "env.example").read_text())
     assert set(env["env"]) == {"applier_downstream_password"}
+
+
+def test_the_transient_user_can_read_the_config_and_the_documentation_link_is_installed() -> None:
+    """DynamicUser= runs the daemon as a user that is not root: the configuration directory must let
+    it through (applier.toml is 0644, docs/operations.md), and Documentation= names the file that the
+    wheel's data files put under the venv (pyproject.toml). tests/deploy/test_systemd.py checks both
+    under a real systemd."""
+    import tomllib
+
+    d = _directives(UNIT)
+    assert d["Service"]["DynamicUser"] == ["yes"]
+    assert d["Service"]["ConfigurationDirectoryMode"] == ["0755"]
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    installed = {
+        f"file:///opt/ticdc-applier/{where}/{Path(f).name}" for where, fs in data_files.items() for f in fs
+    }
+    assert d["Unit"]["Documentation"][0] in installed
