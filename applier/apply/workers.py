@@ -162,8 +162,8 @@ class WorkerSessions:
             raise
 
     def close(self) -> None:
-        # Not waiting: a daemon that leaves a window in flight to the server (applier.daemon.loop,
-        # _wait_inflight) has killed the workers' statements already, and closes their sessions here.
+        # Not waiting: a daemon that leaves a window in flight to the server (applier.daemon.windows,
+        # WindowPipeline.wait) has killed the workers' statements already, and closes their sessions here.
         self._pool.shutdown(wait=False, cancel_futures=True)
         for runner in self._runners:
             with contextlib.suppress(Exception):

@@ -258,8 +258,9 @@ class Barrier:
 
     def early_window(self, base: int, min_rows: int, max_rows: int) -> Window | None:
         """Rows above the watermark that have most likely all arrived, to be written before their
-        window is released (``applier.apply.early``), starting above ``base`` (the applied ts, or the
-        target of the early rows written already); None below ``min_rows`` rows. Never changes any state.
+        window is released, starting above ``base`` (the applied ts, or the target of the early rows
+        written already); None below ``min_rows`` rows. Never changes any state. Built here as any
+        window is; when to write one, and what is open, is ``applier.apply.early.EarlyWriter``'s.
 
         Its target E is the lowest, over the partitions (empty ones left out), of the partition's
         resolved ts or, when higher, one below its newest cached commit ts: a partition delivers
