@@ -112,7 +112,7 @@ def test_early_rows_are_invisible_until_their_window_commits_them(rig: Rig) -> N
     f(1, resolved_event(38))
     counts = rig.release()
     assert rig.table() == [(1, "a2"), (2, "b"), (3, "c"), (4, "d")]
-    assert rig.applier._early_used == 4
+    assert rig.applier.early.used == 4
     assert counts == {(rig.db, "k", "replace"): 4}  # every piece's ops are counted with the window
     assert rig.barrier.applied_ts == 38 and rig.applier.early.open is None
     with rig.reader.cursor() as cur:
@@ -132,7 +132,7 @@ def test_a_row_arriving_after_its_piece_rolls_the_piece_back_and_the_window_is_w
     f(1, resolved_event(40))
     rig.release()
     assert rig.table() == [(1, "late"), (2, "b"), (3, "c"), (4, "d")]
-    assert rig.applier._early_used == 0
+    assert rig.applier.early.used == 0
     assert not rig.applier.early.allowed()  # paused for the next window after a miss
 
 
@@ -151,7 +151,7 @@ def test_early_rows_go_with_the_window_before_a_ddl_and_never_across_it(rig: Rig
     assert before is not None and before.target_ts == 25
     rig.applier.apply(rig.applier.prepare(before))
     rig.barrier.mark_applied(before)
-    assert rig.applier._early_used == 3
+    assert rig.applier.early.used == 3
     assert rig.write_early() is None
     rig.release()  # the DDL (on the lock's session), then the row above it
     with rig.reader.cursor() as cur:
@@ -187,4 +187,4 @@ def test_a_lost_session_loses_the_early_rows_and_the_window_is_written_whole(
     f(1, resolved_event(40))
     rig.release()  # the early path fails on the dead session; the replay writes the window whole
     assert rig.table() == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
-    assert rig.applier._early_used == 0
+    assert rig.applier.early.used == 0
