@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from applier import __version__
 from applier.errors import EXIT_FATAL, ConfigurationError
@@ -159,11 +160,12 @@ def _add_stream_options(
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, **run_options: Any) -> int:
+    """The command line; ``run_options`` go to ``run_daemon`` (tests: a ``Tuning``, observers)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
-        return _dispatch(args)
+        return _dispatch(args, run_options)
     except ConfigurationError as exc:
         from applier.commands.run import report_configuration_error
 
@@ -172,14 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FATAL
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, run_options: Mapping[str, Any]) -> int:
     """Call the subcommand's module (imported only when used: Spark and boto3 are heavy)."""
     flags = vars(args)
     command = args.command
     if command == "run":
         from applier.commands.run import run_daemon
 
-        return run_daemon(resolve("run", flags))
+        return run_daemon(resolve("run", flags), **run_options)
     if command == "catchup":
         from applier.commands.catchup import run_catchup_command
 

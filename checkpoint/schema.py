@@ -26,6 +26,7 @@ from typing import Final
 import pymysql
 
 from applier.errors import FatalError
+from sqlgen.quoting import quote_ident
 
 SCHEMA_VERSION: Final = 2
 DEFAULT_SCHEMA: Final = "ticdc_applier"
@@ -117,18 +118,13 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 }
 
 
-class CheckpointSchemaError(FatalError, RuntimeError):
+class CheckpointSchemaError(FatalError):
     """The checkpoint schema cannot be used by this applier (e.g. written by a newer release)."""
 
 
 PRIVILEGES: Final = "SELECT, INSERT, UPDATE, DELETE, CREATE"
 """What a job that writes a changefeed needs on the checkpoint schema (CREATE only until the
 tables exist); docs/operations.md, "The database user", says the same."""
-
-
-def quote_ident(name: str) -> str:
-    """Backtick-quote an identifier, doubling backticks inside it."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def validate_schema_name(schema: str) -> str:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final, TypedDict, Unpack
 
@@ -70,7 +71,7 @@ the resolved ts has passed them: no restart needs them, an operator may (``appli
 _DROP_SCHEMA, _DROP_TABLE = 2, 4  # DDL type codes (docs/open-protocol.md §8)
 
 
-class FencedOut(FatalError, RuntimeError):
+class FencedOut(FatalError):
     """Another instance has claimed this changefeed since we did: we must stop applying.
 
     Not a transient error: replaying the transaction cannot help.
@@ -84,17 +85,29 @@ def ddl_digest(query: str) -> str:
 
 @dataclass
 class Checkpoint:
-    """One changefeed's progress as loaded at start-up (empty for a new changefeed)."""
+    """One changefeed's progress: as loaded at start-up (empty for a new changefeed), and what the
+    stream stages start from and report (``applier.stream.barrier``, ``Barrier.checkpoint``).
+
+    ``resolved_ts``: every row with commit ts <= this value is applied (the global applied resolved
+    ts). ``tables``: a per-table floor above it when a table was loaded further by other means (a
+    catch-up to a later snapshot); rows at or below it are skipped. ``applied_ddls``: DDLs already
+    executed whose commit ts is above ``resolved_ts`` (a DDL step leaves the resolved ts at
+    ``commit_ts - 1``, so the key is needed to not run it twice). ``offsets``: per partition, the
+    Kafka offset to resume from; a missing partition resumes wherever the daemon's start policy
+    says.
+    """
 
     resolved_ts: int = 0
     topic: str | None = None
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
-    offsets: dict[int, int] = field(default_factory=dict)  # partition of ``topic`` -> next offset to read
+    offsets: dict[int, int] = field(default_factory=dict)
+    """Partition -> next offset to read: a partition of ``topic`` as loaded; the stream's partition
+    id (a slot with several topics, applier.kafka.topics) in the stream stages."""
     partition_resolved: dict[int, int] = field(default_factory=dict)  # partition -> resolved ts
     # (topic, partition) -> next offset, for every topic the changefeed has offsets of: with
     # several topics ``topic`` describes the set (applier.kafka.topics) and these are the offsets
     topic_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-    applied_ddls: set[tuple[int, str]] = field(default_factory=set)  # (commit_ts, ddl_digest)
+    applied_ddls: AbstractSet[tuple[int, str]] = field(default_factory=set)  # (commit_ts, ddl_digest)
     owner: str | None = None  # fence token of the instance that last claimed the changefeed
 
     def table_ts(self, schema: str, table: str) -> int:

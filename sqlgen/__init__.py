@@ -34,12 +34,10 @@ from sqlgen.errors import (
     ALREADY_APPLIED_DDL_ERRORS,
     BINLOG_CACHE_FULL,
     NEVER_RETRY_DDL_ERRORS,
-    PERMANENT_DML_ERRORS,
     TRANSIENT_CLASSES,
     TRANSIENT_ERRORS,
     ErrorClass,
     classify_ddl_error,
-    classify_dml_error,
     transient_class,
 )
 from sqlgen.quoting import quote_ident, quote_ident_fmt, quote_table, quote_table_fmt
@@ -51,7 +49,6 @@ __all__ = [
     "MARIADB",
     "MYSQL",
     "NEVER_RETRY_DDL_ERRORS",
-    "PERMANENT_DML_ERRORS",
     "SCHEMA_DDL_TYPES",
     "SKIP_DDL_TYPES",
     "TIDB",
@@ -71,7 +68,6 @@ __all__ = [
     "UpsertGroup",
     "WindowPlan",
     "classify_ddl_error",
-    "classify_dml_error",
     "dialect_by_name",
     "plan_ddl",
     "plan_table",

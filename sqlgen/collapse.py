@@ -85,7 +85,7 @@ Key = tuple[tuple[str, ...], tuple[Any, ...]]
 """A handle key: (column names, values), both in image column order."""
 
 
-class PlanError(InputError, ValueError):
+class PlanError(InputError):
     """An event that cannot be applied safely (e.g. a delete with no usable WHERE columns)."""
 
     def __init__(self, reason: str, event: RowEvent) -> None:

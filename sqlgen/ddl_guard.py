@@ -57,7 +57,7 @@ ALWAYS_RESERVED = frozenset({"mysql", "information_schema", "performance_schema"
 """The server's own schemas: no replicated DDL may touch them."""
 
 
-class HostileDDL(ApplierError, ValueError):
+class HostileDDL(ApplierError):
     """A DDL event whose text is not the DDL its type code and key describe; the message says why."""
 
 

@@ -73,33 +73,6 @@ _ERRNO = re.compile(r"(?:errno|Errcode|error)[:\s]+(\d+)", re.IGNORECASE)
 # message names the setting to raise. Value: the server variable.
 #   1197 ER_TRANS_CACHE_FULL, 1534 ER_STMT_CACHE_FULL (non-transactional tables).
 BINLOG_CACHE_FULL: Final = {1197: "max_binlog_cache_size", 1534: "max_binlog_stmt_cache_size"}
-PERMANENT_DML_ERRORS = frozenset(
-    {
-        1049,  # unknown database
-        1062,  # duplicate entry
-        1146,  # table doesn't exist
-        1044,  # access denied to database
-        1045,  # access denied for user
-        1142,  # command denied on table
-        1143,  # command denied on column
-        1048,  # column cannot be null
-        1054,  # unknown column
-        1064,  # syntax error
-        1136,  # column count doesn't match
-        1264,  # out of range value (strict mode)
-        1292,  # incorrect/truncated value (strict mode)
-        1364,  # field has no default value
-        1366,  # incorrect value for column
-        1406,  # data too long
-        1690,  # value out of range
-        1197,  # binlog transaction cache full: see BINLOG_CACHE_FULL
-        3105,  # MySQL: value for generated column not allowed
-        1906,  # MariaDB: value for generated column ignored/not allowed
-        3140,  # MySQL: invalid JSON text
-        3819,  # MySQL: check constraint violated
-        4025,  # MariaDB: check constraint failed
-    }
-)
 
 
 def transient_class(code: int | None, message: str = "") -> str | None:
@@ -130,13 +103,4 @@ def classify_ddl_error(code: int | None) -> ErrorClass:
         return ErrorClass.FATAL
     if code in TRANSIENT_ERRORS:
         return ErrorClass.TRANSIENT
-    return ErrorClass.UNKNOWN
-
-
-def classify_dml_error(code: int | None) -> ErrorClass:
-    """What a row statement failing with MySQL error ``code`` means (never ALREADY_APPLIED)."""
-    if code in TRANSIENT_ERRORS:
-        return ErrorClass.TRANSIENT
-    if code in PERMANENT_DML_ERRORS:
-        return ErrorClass.FATAL
     return ErrorClass.UNKNOWN

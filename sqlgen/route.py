@@ -43,11 +43,11 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _PLACEHOLDERS = frozenset({"schema", "table"})
 
 
-class RouteRuleError(ConfigurationError, ValueError):
+class RouteRuleError(ConfigurationError):
     """A route rule that cannot be parsed; the message names the rule and what is wrong."""
 
 
-class RouteError(FatalError, RuntimeError):
+class RouteError(FatalError):
     """A routed name that must not be written to (the checkpoint schema) or cannot be formed."""
 
 

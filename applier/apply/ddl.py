@@ -60,11 +60,11 @@ from sqlgen.ddl_route import DROP_SCHEMA_DDL_TYPE
 from sqlgen.sqltokens import INSIGNIFICANT, PUNCT, QIDENT, WORD, tokenize
 
 
-class DDLFailed(FatalError, RuntimeError):
+class DDLFailed(FatalError):
     """A DDL failed with an error that retrying cannot fix; the message names the DDL and the code."""
 
 
-class DDLUnsettled(FatalError, RuntimeError):
+class DDLUnsettled(FatalError):
     """A DDL journaled before a crash cannot be decided from the catalogue; an operator must look."""
 
 
@@ -136,7 +136,9 @@ class DDLExecutor:
         self._lock = lock
         self._owner = owner
         self._catalogue = Catalogue(dialect)
-        self._on_statement = on_statement
+        self.on_statement = on_statement
+        """Called with the session id and the statement when a DDL starts on the lock's session
+        (a window applier given this executor sets it: it watches that session)."""
         self.log = get_logger(component="ddl")
         self._warned_identity = False
 
@@ -238,7 +240,7 @@ class DDLExecutor:
     def _run(self, conn: pymysql.connections.Connection, ddl: DDLEvent, plan: DDLPlan) -> str:
         statements = plan.statements()
         try:
-            self._lock.run_fenced(statements, on_start=lambda cid: self._on_statement(cid, statements[-1]))
+            self._lock.run_fenced(statements, on_start=lambda cid: self.on_statement(cid, statements[-1]))
         except pymysql.MySQLError as exc:
             code = error_code(exc)
             if is_transient(exc):

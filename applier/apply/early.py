@@ -24,17 +24,28 @@ of one table, a late first copy, a replay; or W stops below ``t[k]`` at a DDL or
 writes. Nothing is ever committed that the barrier did not release, so readers (READ COMMITTED)
 and a restart after a crash see exactly what they see without early writes.
 
+Who does what: ``EarlyWriter`` (below) owns early writes: whether a piece is written now, the
+pieces open on the session, and the pause after a miss. The barrier builds a piece as it builds
+any window (``Barrier.early_window``), the window applier writes it and commits or rolls it back
+(it holds the session), and the daemon's loop only says when it follows the stream.
+
 The pieces hold row locks until W commits (a second at most with TiCDC's default resolved-ts
 interval); every DDL, which runs on another session, first rolls them back.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from applier.codec.events import RowEvent
+from applier.ops.logs import get_logger
 from applier.stream.window import Window
 from sqlgen import WindowPlan
+
+if TYPE_CHECKING:
+    from applier.stream.barrier import Barrier
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +92,80 @@ class EarlyWrites:
             else:
                 return None  # arrived after its piece was written
         return rest if matched == self.rows else None  # else some are above the window's target
+
+
+class EarlyWriter:
+    """Early writes of one apply session: the pieces open on it and when to write the next one.
+
+    ``min_rows`` is the least a piece holds (0: early writes off); ``piece_rows`` the most. After a
+    miss (the pieces rolled back) the next window is written whole, and twice as many after each
+    further miss in a row (at most 64), so a producer whose rows keep arriving late does not have
+    every window written twice.
+    """
+
+    MAX_PAUSE = 64
+    REPORT_SECONDS = 60.0
+
+    def __init__(self, min_rows: int, piece_rows: int) -> None:
+        self.min_rows = min_rows
+        self.piece_rows = piece_rows
+        self.open: EarlyWrites | None = None
+        """The pieces written into the apply session's open transaction (apply thread; read by the
+        daemon's thread only while no unit is in flight)."""
+        self.used = 0
+        """Early rows the last committed window took."""
+        self._skip = 0  # windows to write without early pieces after a miss
+        self._pause = 0  # how many the last miss made it (doubles while they keep missing)
+        self._misses = 0  # pieces rolled back since the last line that said so
+        self._said = 0.0  # monotonic time of that line
+        self.log = get_logger(component="apply")
+
+    def allowed(self) -> bool:
+        """Whether a piece may be written now: early writes are on and not paused by a miss."""
+        return self.min_rows > 0 and self._skip == 0
+
+    def next_piece(self, barrier: Barrier, max_rows: int) -> Window | None:
+        """The piece to write now, while nothing can be released: the rows above the open pieces
+        (or the applied ts) that have most likely all arrived, up to ``max_rows`` in all (the
+        window released later is cut at the highest commit ts with at most that many rows below
+        it, which is at or above the pieces' target unless rows below it arrived late: then they
+        are rolled back anyway). None when early writes are off or paused, or too few rows wait."""
+        if not self.allowed():
+            return None
+        early = self.open
+        held = early.rows if early is not None else 0
+        base = early.target_ts if early is not None else barrier.applied_ts
+        if max_rows - held < self.min_rows:
+            return None
+        return barrier.early_window(base, self.min_rows, min(max_rows - held, self.piece_rows))
+
+    def window_started(self) -> None:
+        """A window is being applied: one fewer to write whole after a miss."""
+        if self._skip:
+            self._skip -= 1
+
+    def committed(self, took: EarlyWrites | None) -> None:
+        """A window committed, with the open pieces (``took``) or without any."""
+        self.open = None
+        self.used = took.rows if took is not None else 0
+        if self.used:
+            self._pause = 0  # they work again: a later miss pauses them for one window
+
+    def missed(self, error: str | None = None) -> None:
+        """The open pieces were rolled back (the caller rolled the transaction back): pause."""
+        self.open = None
+        self._pause = min(self.MAX_PAUSE, self._pause * 2 or 1)
+        self._skip = self._pause
+        self._misses += 1
+        now = time.monotonic()
+        if now - self._said >= self.REPORT_SECONDS:
+            self.log.info(
+                "early writes rolled back: the window released after them did not hold exactly "
+                "their rows (a row arrived late, or a DDL came first) or writing them failed; "
+                "windows are written whole meanwhile",
+                times=self._misses,
+                paused_windows=self._pause,
+                error=error,
+            )
+            self._misses = 0
+            self._said = now

@@ -26,6 +26,7 @@ from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from applier.errors import ConfigurationError
 from checkpoint import Checkpoint, CheckpointStore, ddl_fields
+from sqlgen.quoting import quote_ident
 
 
 class FromTsConflict(ConfigurationError):
@@ -103,7 +104,7 @@ def start_at_ts(
                 f"from_ts {from_ts} is above the checkpoint of changefeed {store.changefeed!r} "
                 f"(resolved ts {ckpt.resolved_ts}): the downstream cannot be both; if it was "
                 f"restored at {from_ts}, clear the checkpoint (DELETE FROM each table of "
-                f"`{store.schema}` WHERE changefeed = '{group}') or use another group_id; "
+                f"{quote_ident(store.schema)} WHERE changefeed = '{group}') or use another group_id; "
                 "otherwise drop from_ts"
             )
         log.info(

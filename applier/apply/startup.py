@@ -33,8 +33,9 @@ from applier.downstream.session import close_quietly, connect, privileges_needed
 from applier.downstream.url import DownstreamConfig
 from applier.errors import FatalError
 from checkpoint import Checkpoint, CheckpointStore
-from checkpoint.schema import PRIVILEGES, quote_ident
+from checkpoint.schema import PRIVILEGES
 from sqlgen import Dialect
+from sqlgen.quoting import quote_ident
 
 T = TypeVar("T")
 

@@ -18,9 +18,9 @@ from typing import Any
 import pymysql
 
 from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
-from applier.apply.early import EarlyWrites
+from applier.apply.early import EarlyWriter, EarlyWrites
 from applier.apply.transaction import TransactionRunner
-from applier.apply.workers import WorkerFailed, WorkerSessions
+from applier.apply.workers import MIN_ROWS, WorkerFailed, WorkerSessions
 from applier.codec.events import RowEvent, tso_physical_ms
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog
@@ -44,7 +44,7 @@ from sqlgen import (
 )
 
 
-class ApplyError(FatalError, RuntimeError):
+class ApplyError(FatalError):
     """A permanent downstream error: replaying cannot help, an operator must look."""
 
 
@@ -138,46 +138,92 @@ class PendingApply:
         return self._result
 
 
+def _partition_number(partition: int) -> int | tuple[str, int]:
+    return partition
+
+
+@dataclass(frozen=True, slots=True)
+class ApplySettings:
+    """What a :class:`WindowApplier` writes where, and how."""
+
+    topic: str
+    """The checkpoint's topic (the set's name with several topics)."""
+    dialect: Dialect
+    owner: str | None = None
+    """The fence token the checkpoint is written with (the single-active lock's)."""
+    router: Router | None = None
+    """Route rules: rows are written to the routed names; the checkpoint keeps upstream ones."""
+    partition_key: Callable[[int], int | tuple[str, int]] = _partition_number
+    """How the checkpoint names a window's partition: ``(topic, partition)`` of a slot with
+    several topics (applier.kafka.topics); a partition number of ``topic`` by default."""
+    workers: int = 0
+    """Worker sessions for the keyed rows of large windows (applier.apply.workers)."""
+    worker_min_rows: int = MIN_ROWS
+    """Windows with fewer rows stay on the apply session alone (``WorkerSessions.split``)."""
+    early_rows: int = 0
+    """Rows an early piece needs at least (applier.apply.early; 0: no early writes)."""
+    early_piece_rows: int = 5_000
+    """Rows an early piece holds at most: a window released while a piece is being written waits
+    for it, so pieces stay short."""
+    retry_report_seconds: float = 60.0
+
+
+def _never() -> bool:
+    return False
+
+
+def _nothing() -> None:
+    pass
+
+
+def _ignore_retry(_exc: BaseException) -> None:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyHooks:
+    """The daemon's hooks: whether to stop (while a unit fails or waits to be replayed), each
+    retry (delivered on the daemon's thread, see ``deliver_notifications``), and one call just
+    before COMMIT (the single-active lock's check)."""
+
+    stop_requested: Callable[[], bool] = _never
+    on_retry: Callable[[BaseException], None] = _ignore_retry
+    before_commit: Callable[[], None] = _nothing
+
+
 class WindowApplier:
-    """Owns the apply connection; turns windows into committed transactions."""
+    """Owns the apply connection; turns windows into committed transactions.
+
+    A DDL executor given here reports the statements it runs on the lock's session to this
+    applier's statement watch (``watch_also``), so a DDL waiting on a lock is reported and killed
+    on stop like the applier's own statements.
+    """
 
     def __init__(
         self,
         downstream: DownstreamConfig,
         store: CheckpointStore,
+        settings: ApplySettings,
         *,
-        topic: str,
-        dialect: Dialect,
-        owner: str | None = None,
-        stop_requested: Callable[[], bool] = lambda: False,
-        on_retry: Callable[[BaseException], None] = lambda exc: None,
-        before_commit: Callable[[], None] = lambda: None,
-        backoff: Backoff | None = None,
+        hooks: ApplyHooks = ApplyHooks(),
         ddl_executor: DDLExecutor | None = None,
         watch: StatementWatch | None = None,
-        retry_report_seconds: float = 60.0,
-        router: Router | None = None,
-        partition_key: Callable[[int], int | tuple[str, int]] = lambda p: p,
-        workers: int = 0,
-        early_rows: int = 0,
+        backoff: Backoff | None = None,
     ) -> None:
         # The checkpoint committed with each window, and the fence token it is written with.
         self._store = store
-        self._topic = topic
-        self._owner = owner
-        self._partition_key = partition_key
-        """How the checkpoint names a window's partition: ``(topic, partition)`` of a slot with
-        several topics (applier.kafka.topics); a partition number of ``topic`` by default."""
+        self._topic = settings.topic
+        self._owner = owner = settings.owner
+        self._partition_key = settings.partition_key
         # How a window becomes statements: rows through sqlgen, a DDL through its executor.
-        self._dialect = dialect
-        self._router = router or Router()
-        """Route rules: rows are written to the routed names; the checkpoint keeps upstream ones."""
+        self._dialect = settings.dialect
+        self._router = settings.router or Router()
         self._ddl = ddl_executor
-        # The daemon's hooks: whether to stop (while a unit fails or waits to be replayed), each
-        # retry, and one call just before COMMIT.
-        self._stop_requested = stop_requested
-        self._notify_retry = on_retry
-        self._before_commit = before_commit
+        if ddl_executor is not None:
+            ddl_executor.on_statement = self.watch_also
+        self._stop_requested = hooks.stop_requested
+        self._notify_retry = hooks.on_retry
+        self._before_commit = hooks.before_commit
         self._connection_id: int | None = None
         self._maybe_committed = False
         self.watch = watch
@@ -185,29 +231,28 @@ class WindowApplier:
         self._watched: Watched | None = None  # the registrations of the unit in flight
         self.stats = ApplyStats()
         self.log = get_logger(component="apply")
-        self._retry_log = RetryLog(self.log, report_seconds=retry_report_seconds)
+        self._retry_log = RetryLog(self.log, report_seconds=settings.retry_report_seconds)
         # Retry notifications raised on the apply thread wait here for the daemon's thread
         # (observer hooks run on the daemon's thread only); see deliver_notifications().
         self._home_thread = threading.get_ident()
         self._deferred_retries: list[BaseException] = []
         self._bind_seconds = 0.0
         self._escape: Callable[[Any], str] | None = None  # a session's value escaping (Statement.bound)
+        workers = settings.workers
         self._workers = (
-            WorkerSessions(downstream, workers, fence=lambda cur: store.fence(cur, owner, shared=True))
+            WorkerSessions(
+                downstream,
+                workers,
+                fence=lambda cur: store.fence(cur, owner, shared=True),
+                min_rows=settings.worker_min_rows,
+            )
             if workers > 0
             else None
         )
         """Sessions that write the keyed rows of large windows beside this one (applier.apply.workers)."""
         self._workers_used = 0  # workers that wrote part of the last window
-        # Early writes (applier.apply.early): off with workers, whose sessions could not see them.
-        self.early_rows = early_rows if workers == 0 else 0
-        """Rows an early piece needs at least (0: no early writes)."""
-        self._early: EarlyWrites | None = None  # written into the apply session's open transaction
-        self._early_skip = 0  # windows to write without early pieces after a miss
-        self._early_pause = 0  # how many the last miss made it (doubles while they keep missing)
-        self._early_misses = 0  # pieces rolled back since the last line that said so
-        self._early_said = 0.0  # monotonic time of that line
-        self._early_used = 0  # early rows the last window committed
+        # Early writes: off with workers, whose sessions could not see them.
+        self.early = EarlyWriter(settings.early_rows if workers == 0 else 0, settings.early_piece_rows)
         self._tx = TransactionRunner(
             downstream,
             max_time=None,
@@ -236,7 +281,7 @@ class WindowApplier:
         # attempt must first ask the checkpoint whether the transaction landed (keyless INSERTs
         # are not idempotent, so replaying a committed window would duplicate rows).
         self._maybe_committed = True
-        self._early = None  # the old session's transaction, early writes and all, is gone
+        self.early.open = None  # the old session's transaction, early writes and all, is gone
 
     def _already_committed(self, window: Window) -> bool:
         """After a reconnect: did the previous attempt of ``window`` commit after all?"""
@@ -250,7 +295,7 @@ class WindowApplier:
                 landed = self._store.committed_resolved_ts(cur) >= window.target_ts > window.base_ts
         if landed:
             # End the read transaction: idle, it would keep a metadata lock on the checkpoint tables.
-            self._early = None
+            self.early.open = None
             self.conn.rollback()
             self.log.info(
                 "the transaction committed before the connection was lost; not replaying it",
@@ -261,7 +306,7 @@ class WindowApplier:
     def close(self) -> None:
         if self._workers is not None:
             self._workers.close()
-        self._early = None  # closing the session rolls its transaction back
+        self.early.open = None  # closing the session rolls its transaction back
         self._tx.close()
         self._connection_id = None
 
@@ -348,7 +393,7 @@ class WindowApplier:
         """
         if window.ddl is not None or not window.rows:
             return PreparedWindow(window, None, [], 0.0)
-        early = self._early
+        early = self.early.open
         if early is not None:
             rest = early.remainder(window)
             if rest is not None:
@@ -397,8 +442,7 @@ class WindowApplier:
         prepared = window if isinstance(window, PreparedWindow) else self.prepare(window)
         window = prepared.window
         counts: dict[tuple[str, str, str], int] = {}
-        if self._early_skip:
-            self._early_skip -= 1
+        self.early.window_started()
         if window.ddl is not None:
             self._drop_early()  # the DDL runs on another session: no row lock of ours may wait for it
             self._apply_ddl(window)
@@ -417,7 +461,7 @@ class WindowApplier:
                 ready_s=round(now - ready_at, 3) if ready_at is not None else None,
                 seconds=round(time.monotonic() - started, 3),
                 **({"workers": self._workers_used} if self._workers is not None else {}),
-                **({"early_rows": self._early_used} if self._early_used else {}),
+                **({"early_rows": self.early.used} if self.early.used else {}),
                 # collapse + SQL text, done before (possibly while the previous window was applied)
                 plan_s=round(prepared.plan_seconds, 3),
                 bind_s=round(self._bind_seconds, 3),  # values escaped into the SQL text by pymysql
@@ -460,7 +504,7 @@ class WindowApplier:
             if self._already_committed(window):
                 return
             conn = self.conn
-            early = self._early
+            early = self.early.open
             takes_early = early is not None and prepared.early is early
             bind = 0.0
             plans.clear()
@@ -491,13 +535,10 @@ class WindowApplier:
                 self._before_commit()
                 conn.commit()
             except BaseException:
-                self._early = None
+                self.early.open = None
                 _rollback_quietly(conn)
                 raise
-            self._early = None
-            self._early_used = early.rows if takes_early else 0
-            if self._early_used:
-                self._early_pause = 0  # they work again: a later miss pauses them for one window
+            self.early.committed(early if takes_early else None)
             self._bind_seconds = bind + prepared.bind_seconds
 
         self._retry(unit, window)
@@ -509,19 +550,10 @@ class WindowApplier:
             self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
         return counts
 
-    # -- early writes (applier.apply.early) ---------------------------------------------------------
-    @property
-    def early_writes(self) -> EarlyWrites | None:
-        """The pieces open on the apply session (read while no unit is in flight)."""
-        return self._early
-
-    def early_allowed(self) -> bool:
-        """Whether an early piece may be written now: early writes are on and not paused by a miss."""
-        return self.early_rows > 0 and self._early_skip == 0
-
+    # -- early writes (applier.apply.early: EarlyWriter decides, this writes) --------------------
     def write_early_async(self, window: Window) -> PendingApply:
-        """Plan ``window`` (built by ``Barrier.early_window`` on top of ``early_writes``) here and
-        write it into the open transaction on the apply thread, without committing it."""
+        """Plan ``window`` (``EarlyWriter.next_piece``, on top of the open pieces) here and write it
+        into the open transaction on the apply thread, without committing it."""
         prepared = self._prepare(window, window.rows, window.tables, None)
         return PendingApply(window, lambda _w: self._write_early(prepared), early=True)
 
@@ -529,7 +561,7 @@ class WindowApplier:
         """Write an early piece; on any error roll the open transaction back instead (the window
         is then written whole once released, where errors are retried or reported)."""
         window, plan = prepared.window, prepared.plan
-        early = self._early
+        early = self.early.open
         if plan is None or self._stop_requested():
             return {}
         if (early.target_ts if early is not None else window.base_ts) != window.base_ts:
@@ -541,36 +573,20 @@ class WindowApplier:
             with self._watching("early " + description, tables), conn.cursor() as cur:
                 self._execute(cur, prepared.statements, prepared.queries, window)
         except Exception as exc:
-            self._early = early or EarlyWrites((window,), (plan,))  # what may be written: roll it back
+            self.early.open = early or EarlyWrites((window,), (plan,))  # what may be written: roll it back
             self._drop_early(redact_text(str(exc)))
             return {}
-        self._early = EarlyWrites((window,), (plan,)) if early is None else early.then(window, plan)
+        self.early.open = EarlyWrites((window,), (plan,)) if early is None else early.then(window, plan)
         return {}
 
     def _drop_early(self, error: str | None = None) -> None:
-        """Roll back the early writes open on the apply session (apply thread) and write the next
-        windows without them for a while: one window after the first miss, twice as many after
-        each further one in a row (at most 64), so a producer whose rows keep arriving late does
-        not have every window written twice."""
-        if self._early is None:
+        """Roll back the early writes open on the apply session (apply thread); ``EarlyWriter``
+        pauses them for a while."""
+        if self.early.open is None:
             return
-        self._early = None
+        self.early.open = None
         self._tx.rollback_quietly()
-        self._early_pause = min(64, self._early_pause * 2 or 1)
-        self._early_skip = self._early_pause
-        self._early_misses += 1
-        now = time.monotonic()
-        if now - self._early_said >= 60.0:
-            self.log.info(
-                "early writes rolled back: the window released after them did not hold exactly "
-                "their rows (a row arrived late, or a DDL came first) or writing them failed; "
-                "windows are written whole meanwhile",
-                times=self._early_misses,
-                paused_windows=self._early_pause,
-                error=error,
-            )
-            self._early_misses = 0
-            self._early_said = now
+        self.early.missed(error)
 
     def _execute_window(self, cur: pymysql.cursors.Cursor, prepared: PreparedWindow) -> float:
         """Run a window's statements on this session, or, when it is large enough and workers are

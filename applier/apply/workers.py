@@ -69,7 +69,9 @@ class WorkerSessions:
         count: int,
         *,
         fence: Callable[[pymysql.cursors.Cursor], None],
+        min_rows: int = MIN_ROWS,
     ) -> None:
+        self.min_rows = min_rows
         self._runners = [TransactionRunner(downstream, max_time=None) for _ in range(count)]
         self._lost = [False] * count  # the session failed: end it and open a new one before its next use
         self._fence = fence
@@ -80,7 +82,7 @@ class WorkerSessions:
     ) -> tuple[list[int], list[list[int]]] | None:
         """Indexes into ``statements``: those the window's own session keeps, and each worker's
         share (balanced by rows, in statement order); None when the window is not worth splitting."""
-        if sum(st.rows for st in statements) < MIN_ROWS:
+        if sum(st.rows for st in statements) < self.min_rows:
             return None
         shareable = {
             router.table(*tid) if router else tid
@@ -160,8 +162,8 @@ class WorkerSessions:
             raise
 
     def close(self) -> None:
-        # Not waiting: a daemon that leaves a window in flight to the server (applier.daemon.loop,
-        # _wait_inflight) has killed the workers' statements already, and closes their sessions here.
+        # Not waiting: a daemon that leaves a window in flight to the server (applier.daemon.windows,
+        # WindowPipeline.wait) has killed the workers' statements already, and closes their sessions here.
         self._pool.shutdown(wait=False, cancel_futures=True)
         for runner in self._runners:
             with contextlib.suppress(Exception):

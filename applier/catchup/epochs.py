@@ -113,7 +113,7 @@ def plan_epochs(lower: int, upper: int, ddls: list[DDLEvent]) -> list[Epoch]:
     return epochs
 
 
-def plan_window(
+def plan_catchup(
     controls: Sequence[Control],
     partitions: Iterable[int],
     lower: int,

@@ -39,7 +39,7 @@ from applier.apply.handoff import write_handoff
 from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.class_archive import ClassArchive, class_archive
-from applier.catchup.epochs import Epoch, epoch_of, plan_window
+from applier.catchup.epochs import Epoch, epoch_of, plan_catchup
 from applier.catchup.offsets import KafkaOffsets, OffsetSource, ReadPlan, plan_reads
 from applier.catchup.ranges import ranges_per_task, split_ranges
 from applier.catchup.replay import ReplayResult, Skeleton, replay_skeleton
@@ -79,7 +79,7 @@ from sqlgen import Dialect, TablePlan, plan_table
 WRITER_BUCKETS = 256
 
 
-class CatchupError(FatalError, RuntimeError):
+class CatchupError(FatalError):
     """The catch-up cannot proceed; the message says why (no traceback for the operator)."""
 
 
@@ -336,7 +336,7 @@ class CatchupJob:
 
     def _window(self, skeleton: Skeleton, read: _Read, ckpt: Checkpoint) -> tuple[int, list[Epoch]]:
         """R, the end of the window, and the epochs between the DDLs to run (:mod:`.epochs`)."""
-        r, epochs = plan_window(
+        r, epochs = plan_catchup(
             skeleton.controls,
             read.partitions,
             read.lower,

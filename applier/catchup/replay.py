@@ -39,7 +39,8 @@ from applier.catchup.epochs import Control, ddl_event
 from applier.catchup.rows import DDL, RESOLVED, ROW, STATS, Places, load_images, position
 from applier.codec.events import FLAG_HANDLE_KEY, ROW_KINDS, Event, ResolvedEvent, Row, RowEvent
 from applier.stream.listener import PartitionListener
-from applier.stream.progress import CheckpointState, DDLKey, SharedProgress, TableKey
+from applier.stream.progress import DDLKey, SharedProgress, TableKey
+from checkpoint import Checkpoint
 
 _KEYED_STUB: Row = {"_": {"t": 3, "f": FLAG_HANDLE_KEY, "v": None}}
 _KEYLESS_STUB: Row = {"_": {"t": 3, "f": 0, "v": None}}
@@ -163,7 +164,7 @@ def replay_skeleton(
     for t in skeleton.keyed_tables:
         table_ts[t] = max(table_ts.get(t, 0), upper)
     progress = SharedProgress(
-        CheckpointState(applied_ts=lower, table_ts=table_ts, applied_ddls=frozenset(applied_ddls))
+        Checkpoint(resolved_ts=lower, tables=table_ts, applied_ddls=frozenset(applied_ddls))
     )
     listeners = {p: PartitionListener(p, progress, off) for p, off in starts.items()}
     tab = skeleton.table

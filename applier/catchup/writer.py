@@ -57,7 +57,7 @@ from sqlgen import (
 TableKey = tuple[str, str]
 
 
-class WriteError(FatalError, RuntimeError):
+class WriteError(FatalError):
     """A permanent downstream error: retrying cannot help, the message says what was refused."""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from applier.errors import InputError
 
 
-class MalformedRecordError(InputError, ValueError):
+class MalformedRecordError(InputError):
     """A Kafka record that is not valid TiCDC Open Protocol.
 
     Carries where it was found (topic, partition, offset, the event's index in the record, -1

@@ -1,1 +1,2 @@
-"""``applier run``: the streaming loop, its stages named in :mod:`applier.daemon.loop`."""
+"""``applier run``: the streaming daemon. ``loop`` (the loop and its stages), ``startup``,
+``windows`` (in flight and prepared), ``pacing`` (flow control), ``tuning``."""

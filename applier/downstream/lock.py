@@ -58,7 +58,7 @@ MAX_LOCK_NAME: Final = 64  # MySQL 5.7+ rejects longer user-level lock names
 _log = get_logger(component="lock")
 
 
-class LockLost(FatalError, RuntimeError):
+class LockLost(FatalError):
     """The single-active lock is gone: stop applying, another instance may already be active."""
 
 

@@ -77,7 +77,7 @@ _KNOWN_OPTIONS: Final = frozenset(
 )
 
 
-class DownstreamConfigError(ConfigurationError, ValueError):
+class DownstreamConfigError(ConfigurationError):
     """The downstream URL or its options are unusable. The message never contains a password."""
 
 

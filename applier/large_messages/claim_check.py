@@ -21,7 +21,7 @@ from applier.codec.events import LargeMessageEvent, RowEvent
 from applier.errors import ApplierError
 
 
-class BadClaimCheckObject(ApplierError, ValueError):
+class BadClaimCheckObject(ApplierError):
     """The object is not a claim-check message for its reference event; ``reason`` says why."""
 
     def __init__(self, reason: str) -> None:

@@ -4,7 +4,7 @@ was read."""
 from __future__ import annotations
 
 from applier.codec.events import LargeMessageEvent, Position
-from applier.errors import InputError
+from applier.errors import ApplierError, ConfigurationError, InputError
 
 
 def where(pos: Position) -> str:
@@ -41,3 +41,44 @@ class LargeMessageNotConfigured(LargeMessageError):
 
 class LargeMessageUnavailable(LargeMessageError):
     """The full row of a large-message event could not be had (see the module docstring)."""
+
+
+# -- the object stores of claim-check roots (applier.large_messages.storage) -----------------------
+
+
+class ObjectStoreError(ApplierError):
+    """Base of every error of this module; its message never contains a secret."""
+
+
+class ObjectStoreConfigError(ObjectStoreError, ConfigurationError):
+    """The storage root (URI or options) is unusable."""
+
+
+class ObjectMissing(ObjectStoreError):
+    """The object does not exist under the root: permanent (TiCDC writes it before sending its record,
+    so it was removed since, e.g. by a lifecycle rule, or the root names another place)."""
+
+    def __init__(self, name: str, where: str) -> None:
+        self.name = name
+        self.where = where
+        super().__init__(f"object {name!r} does not exist in {where}")
+
+
+class ObjectUnreadable(ObjectStoreError):
+    """The object could not be read and trying again now will not help.
+
+    ``reason`` says why (no secrets). ``retried`` is true when the failures were transient but lasted
+    longer than the retry budget; ``attempts`` counts the reads made (each may include botocore's
+    own retries).
+    """
+
+    def __init__(
+        self, name: str, where: str, reason: str, *, retried: bool = False, attempts: int = 1
+    ) -> None:
+        self.name = name
+        self.where = where
+        self.reason = reason
+        self.retried = retried
+        self.attempts = attempts
+        tail = f" (still failing after {attempts} attempts, retried for the whole budget)" if retried else ""
+        super().__init__(f"cannot read object {name!r} from {where}: {reason}{tail}")

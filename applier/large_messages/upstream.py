@@ -40,11 +40,11 @@ GC_PASSED = 8055  # TiDB: snapshot is older than GC safe point
 KEYS_PER_STATEMENT = 500
 
 
-class UpstreamRowMissing(ApplierError, LookupError):
+class UpstreamRowMissing(ApplierError):
     """The upstream has no such row (or table) at that ts, or its history there was collected."""
 
 
-class UpstreamUnreachable(ApplierError, ConnectionError):
+class UpstreamUnreachable(ApplierError):
     """The upstream could not be asked (connection refused or lost); worth asking again later."""
 
 

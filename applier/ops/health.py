@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from applier.downstream.errors import describe, retry_class
-from applier.ops.observer import Observer, Rows
+from applier.ops.observer import Observer, WindowApplied
 
 if TYPE_CHECKING:
     from applier.downstream.watch import StatementWait
@@ -105,20 +105,13 @@ class Health(Observer):
     def on_apply_start(self, window: Window) -> None:
         self.applying_since = self._clock()
 
-    def on_window(
-        self,
-        window: Window,
-        seconds: float,
-        rows: Rows,
-        commit_time: float | None = None,
-        ready_at: float | None = None,
-    ) -> None:
+    def on_window(self, applied: WindowApplied) -> None:
         now = self._clock()
         self.applying_since = None
         self.failing_since = self.last_retry_error = None
         self.retries = {}
         self.last_healthy = now
-        self.applied_ts = max(self.applied_ts, window.target_ts)
+        self.applied_ts = max(self.applied_ts, applied.window.target_ts)
 
     def on_retry(self, error: BaseException) -> None:
         if self.failing_since is None:

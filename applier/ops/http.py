@@ -18,7 +18,7 @@ from applier.ops.health import Health, Verdict
 from applier.ops.metrics import CONTENT_TYPE, MetricsObserver
 
 
-class HttpListenError(ConfigurationError, RuntimeError):
+class HttpListenError(ConfigurationError):
     """The configured address cannot be bound (in use, not local, no permission)."""
 
 

@@ -12,15 +12,13 @@ from typing import Any
 
 import structlog
 
-from applier.ops.redact import redact_text
-
-_SECRET_KEYS = ("password", "passwd", "secret", "token", "sasl.password", "ssl.key.password")
+from applier.ops.redact import looks_secret, redact_text
 
 
 def mask_secrets(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     """Mask values under secret-looking keys and ``user:password@`` inside any string value."""
     for key, value in list(event_dict.items()):
-        if any(word in key.lower() for word in _SECRET_KEYS):
+        if looks_secret(key):
             event_dict[key] = "***"
         elif isinstance(value, str) and "://" in value:
             event_dict[key] = redact_text(value)

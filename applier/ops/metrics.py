@@ -35,13 +35,12 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from applier import __version__
 from applier.codec.events import tso_physical_ms
 from applier.downstream.errors import TRANSIENT_CLASSES, retry_class
-from applier.ops.observer import Observer, Rows
+from applier.ops.observer import Observer, WindowApplied
 
 if TYPE_CHECKING:
     from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
     from applier.stream.barrier import Barrier
-    from applier.stream.window import Window
 
 STATES = ("starting", "standby", "active", "stopping", "failed")
 
@@ -250,25 +249,19 @@ class MetricsObserver(Observer):
         self.ready.set(1)
         self._failing_since = None  # transient errors of the start-up are over
 
-    def on_window(
-        self,
-        window: Window,
-        seconds: float,
-        rows: Rows,
-        commit_time: float | None = None,
-        ready_at: float | None = None,
-    ) -> None:
+    def on_window(self, applied: WindowApplied) -> None:
+        window, rows = applied.window, applied.rows
         self.transactions.inc()
-        self.batch_seconds.observe(seconds)
+        self.batch_seconds.observe(applied.seconds)
         if window.ddl is not None:
             self.ddls.inc()
         else:
             self.window_rows.observe(sum(rows.values()))
             if window.target_ts > 0:
-                at = self._clock() if commit_time is None else commit_time
+                at = self._clock() if applied.commit_time is None else applied.commit_time
                 self.commit_lag.observe(at - tso_seconds(window.target_ts))
-                if ready_at is not None:
-                    self.ready_to_commit.observe(max(0.0, at - ready_at))
+                if applied.ready_at is not None:
+                    self.ready_to_commit.observe(max(0.0, at - applied.ready_at))
         for (schema, table, op), n in rows.items():
             if n:
                 self.rows.labels(schema, table, op).inc(n)

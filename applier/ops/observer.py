@@ -8,7 +8,8 @@ they need. Hooks run on the daemon's thread, so they must be cheap and must neve
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,6 +20,22 @@ if TYPE_CHECKING:
 
 Rows = Mapping[tuple[str, str, str], int]
 """Row operations of a window by (schema, table, op)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowApplied:
+    """What ``on_window`` is told about a committed window."""
+
+    window: Window
+    seconds: float
+    """From the start of its transaction to the daemon noticing its commit."""
+    rows: Rows
+    """Its row operations."""
+    commit_time: float | None = None
+    """When it committed (Unix seconds), when known."""
+    ready_at: float | None = None
+    """When the daemon read the records that let it be released (Unix seconds), when known; see
+    ``applier_ready_to_commit_seconds``."""
 
 
 class Observer:
@@ -37,17 +54,13 @@ class Observer:
     def on_apply_start(self, window: Window) -> None:
         """A window is about to be applied: the loop now waits for the database (a DDL can take hours)."""
 
-    def on_window(
-        self,
-        window: Window,
-        seconds: float,
-        rows: Rows,
-        commit_time: float | None = None,
-        ready_at: float | None = None,
-    ) -> None:
-        """A window was committed (at ``commit_time``, Unix seconds, when known); ``rows`` counts
-        its row operations. ``ready_at``: when the daemon read the records that let the window be
-        released (Unix seconds, when known), see ``applier_ready_to_commit_seconds``."""
+    def on_window(self, applied: WindowApplied) -> None:
+        """A window was committed."""
+
+    def on_back_pressure(self, paused: Set[int], cached_rows: int, behind_window_in_flight: bool) -> None:
+        """Partitions ahead of the barrier were paused (``applier.daemon.pacing``) with this many
+        rows cached; ``behind_window_in_flight`` when a window is in flight and none can follow it
+        before the partitions holding the barrier back are read further."""
 
     def on_retry(self, error: BaseException) -> None:
         """A transient downstream error: the transaction will be replayed."""
@@ -89,15 +102,11 @@ class Observers(Observer):
     def on_apply_start(self, window: Window) -> None:
         self._call("on_apply_start", window)
 
-    def on_window(
-        self,
-        window: Window,
-        seconds: float,
-        rows: Rows,
-        commit_time: float | None = None,
-        ready_at: float | None = None,
-    ) -> None:
-        self._call("on_window", window, seconds, rows, commit_time, ready_at)
+    def on_window(self, applied: WindowApplied) -> None:
+        self._call("on_window", applied)
+
+    def on_back_pressure(self, paused: Set[int], cached_rows: int, behind_window_in_flight: bool) -> None:
+        self._call("on_back_pressure", paused, cached_rows, behind_window_in_flight)
 
     def on_retry(self, error: BaseException) -> None:
         self._call("on_retry", error)

@@ -4,6 +4,25 @@ from __future__ import annotations
 
 import re
 
+SECRET_WORDS = ("secret", "token", "password", "passwd", "pwd", "credential", "signature", "private", "key")
+"""Words that make a setting, a URI option or a log field secret (the words TiCDC masks): its value
+is shown as ``***``. Matching is loose on purpose, so a misspelt option is masked too; over-masking
+is harmless."""
+
+_NAME_PARTS = re.compile(r"[^a-z0-9]+")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a setting, URI option or log field called ``name`` holds a secret: a part of it
+    (split at ``.``, ``-``, ``_`` and the like) contains a secret word. ``key`` counts only at the
+    end of a part (``access-key``, ``accesskey``, ``ssl.key.password``), not in ``keyless``."""
+    for part in _NAME_PARTS.split(name.lower()):
+        for word in SECRET_WORDS:
+            if part.endswith(word) if word == "key" else word in part:
+                return True
+    return False
+
+
 _URL_PASSWORD = re.compile(
     r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]*)@", re.IGNORECASE
 )

@@ -30,13 +30,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from applier.codec.events import tso_physical_ms
-from applier.ops.observer import Observer, Rows
+from applier.ops.observer import Observer, WindowApplied
 
 if TYPE_CHECKING:
     from applier.kafka.reader import PartitionReader
     from applier.ops.health import Health
     from applier.stream.barrier import Barrier
-    from applier.stream.window import Window
 
 
 def _address(name: str) -> str | bytes:
@@ -202,16 +201,9 @@ class SystemdObserver(Observer):
         self._send_ready()
         self._ping()
 
-    def on_window(
-        self,
-        window: Window,
-        seconds: float,
-        rows: Rows,
-        commit_time: float | None = None,
-        ready_at: float | None = None,
-    ) -> None:
-        self._applied_ts = max(self._applied_ts, window.target_ts)
-        self._rows += sum(rows.values())
+    def on_window(self, applied: WindowApplied) -> None:
+        self._applied_ts = max(self._applied_ts, applied.window.target_ts)
+        self._rows += sum(applied.rows.values())
 
     def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:
         if not self.notifier.enabled:

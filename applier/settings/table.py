@@ -30,7 +30,7 @@ from applier.settings.parsers import (
 )
 
 
-class ConfigError(ConfigurationError, ValueError):
+class ConfigError(ConfigurationError):
     """A setting is missing, unknown or has a bad value; the message names it."""
 
 
@@ -75,7 +75,7 @@ class Setting:
                 value = self.parse(str(raw))
             else:
                 value = self.parse(raw) if not isinstance(raw, int | float) else self.parse(str(raw))
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, ConfigurationError) as exc:  # a parser's own error (route rules) too
             shown = "***" if self.secret else repr(raw)
             raise ConfigError(f"{self.name} ({source}): bad value {shown}: {exc}") from None
         if self.choices is not None and value not in self.choices:

@@ -21,7 +21,7 @@ from applier.simulator.stream import SimRecord, Simulation, StreamConfig, simula
 _PRODUCER_HEADROOM = 64 * 1024  # protocol overhead on top of a record's key and value
 
 
-class ProduceError(FatalError, RuntimeError):
+class ProduceError(FatalError):
     """Some records were not acknowledged by the broker; the topic holds an incomplete stream."""
 
 

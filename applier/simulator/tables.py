@@ -26,6 +26,7 @@ from applier.codec.events import (
     FLAG_UNIQUE_KEY,
     FLAG_UNSIGNED,
 )
+from sqlgen.quoting import quote_ident
 
 # MySQL column type codes (docs/open-protocol.md §4).
 TYPE_TINY = 1
@@ -234,11 +235,6 @@ class TableSpec:
             column = quote_ident(self.partition_column)
             sql += f" PARTITION BY HASH ({column}) PARTITIONS {len(self.partition_ids)}"
         return sql
-
-
-def quote_ident(name: str) -> str:
-    """Backtick-quote an identifier, doubling backticks inside it."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _choose_handle_index(table: TableSpec) -> IndexSpec | None:

@@ -42,12 +42,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from applier.codec.events import DDLEvent, Event, RowEvent
 from applier.errors import ApplierError
 from applier.stream.listener import KeylessVersions, PartitionListener
-from applier.stream.progress import CheckpointState, DDLKey, SharedProgress, TableKey, ddl_key
+from applier.stream.progress import DDLKey, SharedProgress, TableKey, ddl_key
 from applier.stream.spill import GroupPart, SpillDir, StreamedRows
 from applier.stream.window import Window
+from checkpoint import Checkpoint
 
 
-class StaleWindowError(ApplierError, RuntimeError):
+class StaleWindowError(ApplierError):
     """``mark_applied`` got a window that was not built from the current applied state."""
 
 
@@ -63,10 +64,10 @@ class Barrier:
     def __init__(
         self,
         partitions: Iterable[int],
-        state: CheckpointState | None = None,
+        state: Checkpoint | None = None,
         spill: SpillDir | None = None,
     ) -> None:
-        state = state or CheckpointState()
+        state = state or Checkpoint()
         parts = sorted(set(partitions))
         if not parts:
             raise ValueError("a barrier needs at least one partition")
@@ -137,12 +138,12 @@ class Barrier:
         """Per-partition restart offsets for the current applied state."""
         return {p: lst.resume_offset() for p, lst in self._listeners.items()}
 
-    def checkpoint_state(self) -> CheckpointState:
-        """The current applied state as a ``CheckpointState`` (what a restart would start from)."""
+    def checkpoint(self) -> Checkpoint:
+        """The current applied state as a checkpoint (what a restart would start from)."""
         g = self._progress.applied_ts
-        return CheckpointState(
-            applied_ts=g,
-            table_ts={t: ts for t, ts in self._progress.table_ts.items() if ts > g},
+        return Checkpoint(
+            resolved_ts=g,
+            tables={t: ts for t, ts in self._progress.table_ts.items() if ts > g},
             applied_ddls=self.applied_ddl_keys(),
             offsets={p: o for p, o in self.resume_offsets().items() if o is not None},
         )
@@ -257,8 +258,9 @@ class Barrier:
 
     def early_window(self, base: int, min_rows: int, max_rows: int) -> Window | None:
         """Rows above the watermark that have most likely all arrived, to be written before their
-        window is released (``applier.apply.early``), starting above ``base`` (the applied ts, or the
-        target of the early rows written already); None below ``min_rows`` rows. Never changes any state.
+        window is released, starting above ``base`` (the applied ts, or the target of the early rows
+        written already); None below ``min_rows`` rows. Never changes any state. Built here as any
+        window is; when to write one, and what is open, is ``applier.apply.early.EarlyWriter``'s.
 
         Its target E is the lowest, over the partitions (empty ones left out), of the partition's
         resolved ts or, when higher, one below its newest cached commit ts: a partition delivers

@@ -74,7 +74,7 @@ _DELETE = RowKind.DELETE
 _K_ROW, _K_RESOLVED, _K_DDL = 0, 1, 2
 
 
-class RowsBehindWatermark(InputError, ValueError):
+class RowsBehindWatermark(InputError):
     """A partition the barrier had left out as empty delivered a row the watermark already passed.
 
     TiCDC starts writing to a partition it did not use (the default topic after a changefeed
@@ -368,10 +368,6 @@ class PartitionListener:
     def cached_ts_upto(self, ts: int) -> list[int]:
         """Distinct commit ts of cached rows that are <= ``ts``, ascending."""
         return self._ts_sorted[: bisect_right(self._ts_sorted, ts)]
-
-    def row_count_at(self, ts: int) -> int:
-        g = self._groups.get(ts)
-        return 0 if g is None else g.count
 
     def count_upto(self, ts: int) -> int:
         """Number of cached rows (in memory or spilled) with commit ts <= ``ts``."""

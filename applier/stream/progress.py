@@ -1,5 +1,8 @@
 """What has already been applied downstream: the state restored from a checkpoint and kept current.
 
+The checkpoint itself is ``checkpoint.Checkpoint``, one type for what is loaded, what the stream
+stages start from and what the barrier reports (``Barrier.checkpoint``).
+
 The listeners and the barrier all need the same answers to "is this event already applied?",
 so they share one ``SharedProgress`` object instead of each holding a copy that could drift.
 Only the barrier writes to it (in ``Barrier.mark_applied``); listeners only read it.
@@ -7,11 +10,8 @@ Only the barrier writes to it (in ``Barrier.mark_applied``); listeners only read
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-
 from applier.codec.events import DDLEvent
+from checkpoint import Checkpoint, ddl_digest
 
 TableKey = tuple[str, str]
 """(schema, table) of a row or DDL event."""
@@ -22,32 +22,8 @@ replays. Two different DDLs may share a commit ts (TiCDC splits some multi-table
 alone is not enough."""
 
 
-def ddl_digest(query: str) -> str:
-    """The query digest used in DDL keys and stored in checkpoints."""
-    return hashlib.sha256(query.encode()).hexdigest()
-
-
 def ddl_key(ddl: DDLEvent) -> DDLKey:
     return (ddl.commit_ts, ddl_digest(ddl.query))
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointState:
-    """What a checkpoint tells a starting daemon.
-
-    ``applied_ts``: every row with commit ts <= this value is applied (the global applied resolved
-    ts, "G0"). ``table_ts``: a per-table floor above ``applied_ts`` when a table was loaded further
-    by other means (e.g. a catch-up to a later snapshot); rows at or below it are skipped.
-    ``applied_ddls``: DDLs already executed whose commit ts is above ``applied_ts`` (a DDL step
-    leaves the applied ts at ``commit_ts - 1``, so the key is needed to not run it twice).
-    ``offsets``: per-partition Kafka offset to resume from; a missing partition resumes wherever
-    the daemon's start policy says (the listener then reports ``None`` until it has read something).
-    """
-
-    applied_ts: int = 0
-    table_ts: Mapping[TableKey, int] = field(default_factory=dict)
-    applied_ddls: frozenset[DDLKey] = frozenset()
-    offsets: Mapping[int, int] = field(default_factory=dict)
 
 
 class SharedProgress:
@@ -55,19 +31,11 @@ class SharedProgress:
 
     __slots__ = ("applied_ddls", "applied_ts", "table_ts")
 
-    def __init__(self, state: CheckpointState) -> None:
-        self.applied_ts: int = state.applied_ts
-        self.table_ts: dict[TableKey, int] = {
-            t: ts for t, ts in state.table_ts.items() if ts > state.applied_ts
-        }
-        self.applied_ddls: set[DDLKey] = {k for k in state.applied_ddls if k[0] > state.applied_ts}
-
-    def skip_threshold(self, table: TableKey) -> int:
-        """Rows of ``table`` with commit ts <= this are already applied downstream."""
-        floor = self.table_ts.get(table)
-        if floor is None or floor <= self.applied_ts:
-            return self.applied_ts
-        return floor
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        g = checkpoint.resolved_ts
+        self.applied_ts: int = g
+        self.table_ts: dict[TableKey, int] = {t: ts for t, ts in checkpoint.tables.items() if ts > g}
+        self.applied_ddls: set[DDLKey] = {k for k in checkpoint.applied_ddls if k[0] > g}
 
     def is_ddl_applied(self, key: DDLKey) -> bool:
         return key[0] <= self.applied_ts or key in self.applied_ddls

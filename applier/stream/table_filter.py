@@ -39,6 +39,7 @@ from applier.codec.events import DDLEvent, Event, LargeMessageEvent, ResolvedEve
 from applier.errors import InputError
 from applier.stream.progress import TableKey
 from sqlgen.ddl_guard import table_flows
+from sqlgen.quoting import quote_ident
 from sqlgen.table_pattern import TablePattern, parse_table_pattern
 
 __all__ = ["EventFilter", "FilteredSourceError", "TableFilter", "table_event_filter"]
@@ -214,7 +215,7 @@ def _where(ddl: DDLEvent) -> str:
 
 
 def _quoted(table: TableKey) -> str:
-    return ".".join("`" + part.replace("`", "``") + "`" for part in table)
+    return ".".join(quote_ident(part) for part in table)
 
 
 def _into_replicated(source: TableKey, target: TableKey) -> str:

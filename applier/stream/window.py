@@ -7,7 +7,6 @@ after it was built, so the daemon can retry it from memory after a failed transa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from applier.codec.events import DDLEvent, RowEvent, has_handle_key
@@ -68,46 +67,3 @@ class Window:
     def is_empty(self) -> bool:
         """No rows and no DDL: the window only moves the applied ts (and the resume offsets)."""
         return not self.rows and self.ddl is None and self.streamed is None
-
-    def has_keyless_rows(self) -> bool:
-        return any(is_keyless(r) for r in self.rows)
-
-    def chunks(self, max_rows: int | None) -> Iterator[list[RowEvent]]:
-        """The rows split into transactions of about ``max_rows`` rows, in commit-ts order.
-
-        Why splitting is allowed at all: the checkpoint is written only with the last chunk, so a
-        crash in between makes the daemon re-apply the whole window from its first chunk. That is
-        only correct when re-applying is idempotent: REPLACE and DELETE by key are (re-applying a
-        prefix of the window in ts order converges to the same state), INSERT of a keyless row is
-        not (it would add a second copy). Hence:
-
-        - a window with any keyless row is yielded as one chunk, whatever its size;
-        - otherwise rows are stably sorted by commit ts and cut only between two commit ts, so an
-          upstream transaction is never split (a chunk exceeds ``max_rows`` when a single
-          transaction does) and "deletes before inserts at equal ts" stays inside one chunk.
-
-        ``max_rows=None`` yields everything as one chunk. An empty window yields nothing.
-        """
-        if not self.rows:
-            return
-        if max_rows is not None and max_rows < 1:
-            raise ValueError("max_rows must be >= 1")
-        if max_rows is None or len(self.rows) <= max_rows or self.has_keyless_rows():
-            yield list(self.rows)
-            return
-        ordered = sorted(self.rows, key=lambda r: r.commit_ts)
-        chunk: list[RowEvent] = []
-        i = 0
-        n = len(ordered)
-        while i < n:
-            ts = ordered[i].commit_ts
-            j = i
-            while j < n and ordered[j].commit_ts == ts:
-                j += 1
-            if chunk and len(chunk) + (j - i) > max_rows:
-                yield chunk
-                chunk = []
-            chunk.extend(ordered[i:j])
-            i = j
-        if chunk:
-            yield chunk

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from applier.apply.window_applier import WindowApplier
+from applier.apply.window_applier import ApplySettings, WindowApplier
 from applier.codec.events import Position, RowEvent, RowKind
 from applier.downstream.retry import Backoff
 from applier.downstream.url import DownstreamConfig
@@ -33,8 +33,7 @@ def test_commit_that_landed_is_not_replayed(fresh_db: str, downstream_url: str, 
     applier = WindowApplier(
         DownstreamConfig.from_url(downstream_url),
         store,
-        topic="t",
-        dialect=MARIADB,
+        ApplySettings(topic="t", dialect=MARIADB),
         backoff=Backoff(initial=0.01, maximum=0.01),
     )
     store.ensure_schema(applier.conn)

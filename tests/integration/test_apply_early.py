@@ -15,7 +15,7 @@ import pymysql
 import pytest
 
 from applier.apply.ddl import DDLExecutor
-from applier.apply.window_applier import WindowApplier
+from applier.apply.window_applier import ApplySettings, WindowApplier
 from applier.codec.events import RowEvent, RowKind
 from applier.downstream.lock import ActiveLock
 from applier.downstream.retry import Backoff
@@ -45,12 +45,9 @@ class Rig:
         self.applier = WindowApplier(
             cfg,
             self.store,
-            topic="t",
-            dialect=MARIADB,
-            owner=self.lock.owner_token,
+            ApplySettings(topic="t", dialect=MARIADB, owner=self.lock.owner_token, early_rows=1),
             backoff=Backoff(initial=0.01, maximum=0.01),
             ddl_executor=DDLExecutor(self.store, MARIADB, self.lock, owner=self.lock.owner_token),
-            early_rows=1,
         )
         self.store.ensure_schema(self.applier.conn)
         self.store.claim(self.applier.conn, self.lock.owner_token)
@@ -63,7 +60,7 @@ class Rig:
 
     def write_early(self) -> Window | None:
         """What the daemon does while nothing can be released: one early piece, if there is one."""
-        early = self.applier.early_writes
+        early = self.applier.early.open
         base = early.target_ts if early is not None else self.barrier.applied_ts
         piece = self.barrier.early_window(base, 1, 1000)
         if piece is not None:
@@ -115,9 +112,9 @@ def test_early_rows_are_invisible_until_their_window_commits_them(rig: Rig) -> N
     f(1, resolved_event(38))
     counts = rig.release()
     assert rig.table() == [(1, "a2"), (2, "b"), (3, "c"), (4, "d")]
-    assert rig.applier._early_used == 4
+    assert rig.applier.early.used == 4
     assert counts == {(rig.db, "k", "replace"): 4}  # every piece's ops are counted with the window
-    assert rig.barrier.applied_ts == 38 and rig.applier.early_writes is None
+    assert rig.barrier.applied_ts == 38 and rig.applier.early.open is None
     with rig.reader.cursor() as cur:
         cur.execute(f"SELECT resolved_ts FROM `{rig.store.schema}`.changefeed")
         assert cur.fetchone()[0] == 38
@@ -135,8 +132,8 @@ def test_a_row_arriving_after_its_piece_rolls_the_piece_back_and_the_window_is_w
     f(1, resolved_event(40))
     rig.release()
     assert rig.table() == [(1, "late"), (2, "b"), (3, "c"), (4, "d")]
-    assert rig.applier._early_used == 0
-    assert not rig.applier.early_allowed()  # paused for the next window after a miss
+    assert rig.applier.early.used == 0
+    assert not rig.applier.early.allowed()  # paused for the next window after a miss
 
 
 def test_early_rows_go_with_the_window_before_a_ddl_and_never_across_it(rig: Rig) -> None:
@@ -154,7 +151,7 @@ def test_early_rows_go_with_the_window_before_a_ddl_and_never_across_it(rig: Rig
     assert before is not None and before.target_ts == 25
     rig.applier.apply(rig.applier.prepare(before))
     rig.barrier.mark_applied(before)
-    assert rig.applier._early_used == 3
+    assert rig.applier.early.used == 3
     assert rig.write_early() is None
     rig.release()  # the DDL (on the lock's session), then the row above it
     with rig.reader.cursor() as cur:
@@ -173,7 +170,7 @@ def test_a_ddl_window_rolls_back_early_rows_before_it_runs(rig: Rig) -> None:
     alter = replace(ddl_event(5, "ALTER TABLE k ADD COLUMN c INT", "k", partition=0), schema=rig.db)
     ddl = Window(4, [], alter, {0: None, 1: None}, {}, frozenset({(rig.db, "k")}), base_ts=0)
     rig.applier.apply(ddl)  # would wait for the metadata lock (and time out) with the rows open
-    assert rig.applier.early_writes is None
+    assert rig.applier.early.open is None
     assert rig.table() == []
 
 
@@ -190,4 +187,4 @@ def test_a_lost_session_loses_the_early_rows_and_the_window_is_written_whole(
     f(1, resolved_event(40))
     rig.release()  # the early path fails on the dead session; the replay writes the window whole
     assert rig.table() == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
-    assert rig.applier._early_used == 0
+    assert rig.applier.early.used == 0

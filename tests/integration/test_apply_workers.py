@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from applier.apply.window_applier import WindowApplier
+from applier.apply.window_applier import ApplySettings, WindowApplier
 from applier.codec.events import Position, RowEvent, RowKind
 from applier.downstream.retry import Backoff
 from applier.downstream.url import DownstreamConfig
@@ -80,11 +80,8 @@ def _applier(downstream_url: str, store: CheckpointStore, owner: str | None = No
     applier = WindowApplier(
         DownstreamConfig.from_url(downstream_url),
         store,
-        topic="t",
-        dialect=MARIADB,
-        owner=owner,
+        ApplySettings(topic="t", dialect=MARIADB, owner=owner, workers=2),
         backoff=Backoff(initial=0.01, maximum=0.01),
-        workers=2,
     )
     store.ensure_schema(applier.conn)  # connects: the window's SQL is bound ahead from now on
     return applier

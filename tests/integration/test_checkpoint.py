@@ -13,7 +13,7 @@ import pytest
 
 from applier.downstream.session import connect
 from applier.downstream.url import DownstreamConfig, parse_downstream_url
-from applier.stream.progress import CheckpointState, SharedProgress
+from applier.stream.progress import SharedProgress
 from checkpoint import (
     SCHEMA_VERSION,
     Checkpoint,
@@ -320,11 +320,7 @@ def _record(store: CheckpointStore, conn, ts: int, *, prune: bool, ddl_type: int
 def _answers(ckpt: Checkpoint, ddl_ts: range, tables: list[tuple[str, str]]) -> tuple[list, list]:
     """What a restart from ``ckpt`` takes for applied (each DDL of ``ddl_ts``) and each table's
     floor: the questions the daemon asks (``SharedProgress``), answered from the loaded rows."""
-    progress = SharedProgress(
-        CheckpointState(
-            applied_ts=ckpt.resolved_ts, table_ts=ckpt.tables, applied_ddls=frozenset(ckpt.applied_ddls)
-        )
-    )
+    progress = SharedProgress(ckpt)
     return (
         [progress.is_ddl_applied((ts, ddl_digest(f"DDL {ts}"))) for ts in ddl_ts],
         [ckpt.table_ts(*t) for t in tables],

@@ -7,8 +7,8 @@ import random
 
 from applier.apply.early import EarlyWrites
 from applier.stream.barrier import Barrier
-from applier.stream.progress import CheckpointState
 from applier.stream.window import Window
+from checkpoint import Checkpoint
 from sqlgen import plan_window
 from tests.builders import ddl_event, keyed_row, resolved_event
 from tests.unit.test_stream_barrier import Feeds, ids
@@ -19,7 +19,7 @@ def _writes(*pieces: Window) -> EarlyWrites:
 
 
 def test_the_early_target_is_one_below_the_newest_commit_ts_of_the_partition_least_far_on() -> None:
-    b = Barrier([0, 1], CheckpointState(applied_ts=5))
+    b = Barrier([0, 1], Checkpoint(resolved_ts=5))
     f = Feeds(b)
     f(0, keyed_row(10, 1), keyed_row(20, 2), keyed_row(30, 3))
     f(1, keyed_row(15, 4), keyed_row(25, 5))

@@ -11,8 +11,8 @@ from applier.catchup.epochs import (
     epoch_of,
     global_resolved,
     partition_resolved,
+    plan_catchup,
     plan_epochs,
-    plan_window,
 )
 from applier.stream.progress import ddl_key
 from tests.builders import ddl_event
@@ -106,15 +106,15 @@ def test_no_ddl_is_one_epoch_and_a_ddl_outside_is_refused() -> None:
         plan_epochs(10, 20, [ddl_event(21, "ALTER TABLE t ADD c INT", table="t", schema="s")])
 
 
-def test_plan_window_puts_the_rules_together() -> None:
+def test_plan_catchup_puts_the_rules_together() -> None:
     """R from every partition (a drained one included, capped by ``until``), then the DDLs in the
     window not yet applied split it; below ``lower`` there is no window at all."""
     ddl = ddl_event(60, "ALTER TABLE t ADD c INT", table="t", schema="s")
     controls = [Control(0, 1, 0, 100), Control(0, 2, 0, 60, ddl), Control(1, 3, 0, 90)]
-    r, planned = plan_window(controls, [0, 1, 2], 30, drained={2: 95})
+    r, planned = plan_catchup(controls, [0, 1, 2], 30, drained={2: 95})
     assert r == 90
     assert [(e.lower, e.upper, e.ddl) for e in planned] == [(30, 59, ddl), (59, 90, None)]
-    r, planned = plan_window(controls, [0, 1, 2], 30, drained={2: 95}, until=80, applied=[ddl_key(ddl)])
+    r, planned = plan_catchup(controls, [0, 1, 2], 30, drained={2: 95}, until=80, applied=[ddl_key(ddl)])
     assert (r, [(e.lower, e.upper, e.ddl) for e in planned]) == (80, [(30, 80, None)])
-    assert plan_window(controls, [0, 1, 2], 30) == (30, [Epoch(1, 30, 30, None)])
-    assert plan_window([Control(0, 1, 0, 20)], [0], 30, until=10) == (10, [])
+    assert plan_catchup(controls, [0, 1, 2], 30) == (30, [Epoch(1, 30, 30, None)])
+    assert plan_catchup([Control(0, 1, 0, 20)], [0], 30, until=10) == (10, [])

@@ -23,8 +23,9 @@ from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import ResolvedEvent
 from applier.simulator import StreamConfig, simulate
 from applier.stream.barrier import Barrier
-from applier.stream.progress import CheckpointState, ddl_key
+from applier.stream.progress import ddl_key
 from applier.stream.window import is_keyless
+from checkpoint import Checkpoint
 
 TOPIC = "t"
 
@@ -54,7 +55,7 @@ def _daemon(decoded, partitions, lower, drained=None):
     """The daemon's barrier fed every record; ``drained`` (partition -> (end, ts)): then told by a
     drain probe that those partitions hold nothing more at or below ts (several topics)."""
     barrier = Barrier(
-        range(partitions), CheckpointState(applied_ts=lower, offsets=dict.fromkeys(range(partitions), 0))
+        range(partitions), Checkpoint(resolved_ts=lower, offsets=dict.fromkeys(range(partitions), 0))
     )
     keyless = []
     for part, off, events, raw in decoded:

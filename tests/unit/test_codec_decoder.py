@@ -25,6 +25,7 @@ from applier.codec.events import (
     RowKind,
     handle_key_names,
 )
+from applier.errors import InputError
 from tests.builders import DOC_EXAMPLE_LOG, column, frame_key, frame_value, record
 
 U64 = struct.Struct(">Q")
@@ -453,10 +454,11 @@ def test_compressed_garbage_after_decompression_is_malformed() -> None:
     assert info.value.excerpt == b'{"u":'  # the decompressed bytes are shown
 
 
-def test_malformed_error_is_a_value_error_but_never_a_bare_one() -> None:
+def test_malformed_error_derives_from_the_project_root_only() -> None:
+    """Not a ValueError: an ``except ValueError`` in parsing code cannot swallow it."""
     with pytest.raises(MalformedRecordError):
         decode(*one(b"\xff\xfe", GOOD_VALUE))
-    assert issubclass(MalformedRecordError, ValueError)
+    assert issubclass(MalformedRecordError, InputError) and not issubclass(MalformedRecordError, ValueError)
 
 
 # --- the documentation's example stream (seed 000, logs 1-14, old form): DOC_EXAMPLE_LOG -----------

@@ -15,6 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from applier.codec.events import claim_check_name
+from applier.errors import ConfigurationError
 from applier.large_messages.storage import (
     FileLocation,
     FileStore,
@@ -293,7 +294,7 @@ def test_file_roots(uri: str, root: str) -> None:
 def test_bad_roots(uri: str, message: str) -> None:
     with pytest.raises(ObjectStoreConfigError, match=message) as info:
         open_store(uri)
-    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, ConfigurationError) and not isinstance(info.value, ValueError)
 
 
 def test_file_store_needs_an_absolute_root() -> None:

@@ -8,6 +8,7 @@ import pymysql
 
 from applier.downstream.watch import Blocker, StatementWait
 from applier.ops.health import Health
+from applier.ops.observer import WindowApplied
 from tests.unit.ops_fakes import TS, Clock, FakeBarrier, FakeReader, window
 
 
@@ -69,7 +70,7 @@ def test_health_retries_are_reported_after_retry_report_seconds_until_a_window_c
         "(deadlock=1, lock_wait=1), last (1205) Lock wait timeout exceeded"
     )
     assert h.alive().ok  # waiting for the database is alive: no restart
-    h.on_window(window(TS), 60, {})
+    h.on_window(WindowApplied(window(TS), 60, {}))
     assert h.ready().ok and h.ready().detail["applied_ts"] == TS
     assert h.ready().detail["failing_for_seconds"] is None
 
@@ -120,7 +121,7 @@ def test_health_a_long_apply_is_alive_a_stuck_loop_is_not() -> None:
     h = _applying(clock, stall_seconds=30, loop_timeout=10)
     clock.now += 3600  # an ALTER TABLE running for an hour
     assert h.alive().ok and h.alive().status == "applying" and h.waiting_healthily()
-    h.on_window(window(TS), 3600, {})
+    h.on_window(WindowApplied(window(TS), 3600, {}))
     h.on_tick(FakeBarrier(), FakeReader(), progressed=True)
     clock.now += 11
     alive = h.alive()

@@ -30,3 +30,22 @@ def test_a_logger_made_before_configure_writes_the_configured_format(restore_log
         ("window applied", "apply", "info"),
     ]
     assert lines[0]["lock"] == "x" and lines[1]["rows"] == 3
+
+
+def test_log_fields_named_like_secrets_are_masked_and_key_counts_only_at_the_end_of_a_part(
+    restore_logging: None,
+) -> None:
+    out = io.StringIO()
+    configure("json", "info", stream=out)
+    get_logger().info(
+        "x",
+        password="p1",
+        sasl_password="p2",
+        access_key="p3",
+        session_token="p4",
+        keyless_rows=5,
+        url="mysql://u:p5@db:3306/",
+    )
+    line = json.loads(out.getvalue())
+    assert [line[k] for k in ("password", "sasl_password", "access_key", "session_token")] == ["***"] * 4
+    assert line["keyless_rows"] == 5 and line["url"] == "mysql://u:***@db:3306/"

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from applier.downstream.watch import StatementWait
 from applier.ops.metrics import MetricsObserver, tso_seconds
+from applier.ops.observer import WindowApplied
 from tests.unit.ops_fakes import TS, Clock, FakeBarrier, FakeListener, FakeReader, window
 
 
@@ -32,9 +33,11 @@ def test_metrics_follow_the_hooks_and_the_naming_conventions() -> None:
     m.on_state("active")
     m.on_ready()
     m.on_window(
-        window(TS), 0.2, {("db", "t", "insert"): 3, ("db", "t", "delete"): 1, ("db", "u", "replace"): 0}
+        WindowApplied(
+            window(TS), 0.2, {("db", "t", "insert"): 3, ("db", "t", "delete"): 1, ("db", "u", "replace"): 0}
+        )
     )
-    m.on_window(window(TS + 10, ddl=object()), 1.5, {})
+    m.on_window(WindowApplied(window(TS + 10, ddl=object()), 1.5, {}))
     m.on_retry(TimeoutError("x"))
     m.on_retry(pymysql.err.OperationalError(1213, "Deadlock found"))
     barrier = FakeBarrier(TS + 10, {0: FakeListener(TS + 20, 41, 1024), 1: FakeListener(TS + 30, None, 0)})
@@ -99,7 +102,7 @@ def test_failing_and_lock_wait_gauges_grow_until_the_trouble_ends() -> None:
     assert s[("applier_lock_waits_total", (("kind", "row"),))] == 1
     assert s[("applier_lock_waits_total", (("kind", "metadata"),))] == 1
     m.on_statement_waits([])
-    m.on_window(window(TS), 7, {})
+    m.on_window(WindowApplied(window(TS), 7, {}))
     s = _samples(m)
     assert s[("applier_downstream_failing_seconds", ())] == 0 and s[("applier_lock_wait_seconds", ())] == 0
 
@@ -107,7 +110,7 @@ def test_failing_and_lock_wait_gauges_grow_until_the_trouble_ends() -> None:
 def test_the_lag_keeps_growing_while_nothing_is_applied() -> None:
     clock = Clock(tso_seconds(TS) + 1)
     m = MetricsObserver(clock=clock, process_metrics=False)
-    m.on_window(window(TS), 0.01, {})
+    m.on_window(WindowApplied(window(TS), 0.01, {}))
     assert _samples(m)[("applier_lag_seconds", ())] == pytest.approx(1)
     clock.now += 60
     assert _samples(m)[("applier_lag_seconds", ())] == pytest.approx(61)
@@ -129,9 +132,13 @@ def test_commit_lag_histogram_observes_each_row_window_at_its_commit() -> None:
     clock = Clock(tso_seconds(TS) + 30)  # the daemon's thread noticed the commits late: not used
     m = MetricsObserver(clock=clock, process_metrics=False)
     assert _samples(m)[("applier_commit_lag_seconds_count", ())] == 0  # exported before any window
-    m.on_window(window(TS), 0.1, {}, tso_seconds(TS) + 0.12)
-    m.on_window(window(TS + (1000 << 18)), 0.1, {}, tso_seconds(TS) + 1.45)  # resolved 1 s later
-    m.on_window(window(TS + 10, ddl=object()), 0.1, {}, tso_seconds(TS) + 2)  # a DDL: not a row window
+    m.on_window(WindowApplied(window(TS), 0.1, {}, tso_seconds(TS) + 0.12))
+    m.on_window(
+        WindowApplied(window(TS + (1000 << 18)), 0.1, {}, tso_seconds(TS) + 1.45)
+    )  # resolved 1 s later
+    m.on_window(
+        WindowApplied(window(TS + 10, ddl=object()), 0.1, {}, tso_seconds(TS) + 2)
+    )  # a DDL: not a row window
     s = _samples(m)
     assert s[("applier_commit_lag_seconds_count", ())] == 2
     assert s[("applier_commit_lag_seconds_sum", ())] == pytest.approx(0.57)
@@ -139,7 +146,7 @@ def test_commit_lag_histogram_observes_each_row_window_at_its_commit() -> None:
     assert s[("applier_commit_lag_seconds_bucket", (("le", "0.5"),))] == 2
     assert s[("applier_commit_lag_seconds_bucket", (("le", "0.1"),))] == 0
     assert s[("applier_commit_lag_seconds_bucket", (("le", "60.0"),))] == 2
-    m.on_window(window(TS), 0.1, {})  # commit time unknown: the clock now
+    m.on_window(WindowApplied(window(TS), 0.1, {}))  # commit time unknown: the clock now
     assert _samples(m)[("applier_commit_lag_seconds_sum", ())] == pytest.approx(30.57)
 
 
@@ -147,10 +154,14 @@ def test_ready_to_commit_histogram_observes_the_applier_s_own_share_of_row_windo
     m = MetricsObserver(clock=Clock(tso_seconds(TS) + 30), process_metrics=False)
     assert _samples(m)[("applier_ready_to_commit_seconds_count", ())] == 0  # exported before any window
     at = tso_seconds(TS) + 2.0
-    m.on_window(window(TS), 0.1, {}, at, at - 0.12)
-    m.on_window(window(TS + 1), 0.1, {}, at + 1, at + 0.6)
-    m.on_window(window(TS + 2), 0.1, {}, at + 2)  # when it was ready is not known: not observed
-    m.on_window(window(TS + 10, ddl=object()), 0.1, {}, at + 3, at + 2.5)  # a DDL: not a row window
+    m.on_window(WindowApplied(window(TS), 0.1, {}, at, at - 0.12))
+    m.on_window(WindowApplied(window(TS + 1), 0.1, {}, at + 1, at + 0.6))
+    m.on_window(
+        WindowApplied(window(TS + 2), 0.1, {}, at + 2)
+    )  # when it was ready is not known: not observed
+    m.on_window(
+        WindowApplied(window(TS + 10, ddl=object()), 0.1, {}, at + 3, at + 2.5)
+    )  # a DDL: not a row window
     s = _samples(m)
     assert s[("applier_ready_to_commit_seconds_count", ())] == 2
     assert s[("applier_ready_to_commit_seconds_sum", ())] == pytest.approx(0.52)

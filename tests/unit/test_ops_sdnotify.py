@@ -11,6 +11,7 @@ import pytest
 
 from applier.ops.health import Health
 from applier.ops.metrics import tso_seconds
+from applier.ops.observer import WindowApplied
 from applier.ops.sdnotify import Notifier, SystemdObserver
 from tests.notify_socket import bind_notify_socket
 from tests.unit.ops_fakes import TS, Clock, FakeBarrier, FakeReader, window
@@ -87,7 +88,7 @@ def test_systemd_observer_protocol() -> None:
     call("on_ready")
     msgs = rx.drain()
     assert msgs[0] == "READY=1" and msgs[1].startswith("STATUS=active") and "WATCHDOG=1" in msgs
-    call("on_window", window(TS), 0.1, {("d", "t", "insert"): 7})
+    call("on_window", WindowApplied(window(TS), 0.1, {("d", "t", "insert"): 7}))
     clock.now += 5
     call("on_tick", FakeBarrier(TS), FakeReader(), True)
     msgs = rx.drain()

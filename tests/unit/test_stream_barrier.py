@@ -22,8 +22,9 @@ from applier.codec.events import (
     RowKind,
 )
 from applier.stream.barrier import Barrier, StaleWindowError
-from applier.stream.progress import CheckpointState, ddl_key
+from applier.stream.progress import ddl_key
 from applier.stream.window import Window, is_keyless
+from checkpoint import Checkpoint
 from tests.builders import ddl_event, keyed_row, keyless_row, position, resolved_event
 
 
@@ -61,7 +62,7 @@ def drain(barrier: Barrier, **kwargs) -> list[Window]:
 
 
 def test_global_resolved_is_the_minimum_over_all_partitions() -> None:
-    b = Barrier([0, 1, 2], CheckpointState(applied_ts=5))
+    b = Barrier([0, 1, 2], Checkpoint(resolved_ts=5))
     f = Feeds(b)
     assert b.global_resolved() == 5
     f(0, resolved_event(30))
@@ -113,7 +114,7 @@ def test_next_window_does_not_change_state_until_marked_applied() -> None:
 
 
 def test_empty_window_moves_the_applied_ts_and_the_resume_offsets() -> None:
-    b = Barrier([0], CheckpointState(offsets={0: 7}))
+    b = Barrier([0], Checkpoint(offsets={0: 7}))
     b.listener(0).feed(7, [resolved_event(10)])
     w = b.next_window()
     assert w is not None and w.is_empty and w.target_ts == 10
@@ -197,7 +198,7 @@ def test_ddl_broadcast_to_all_partitions_runs_once() -> None:
 
 def test_ddl_applied_per_checkpoint_is_skipped() -> None:
     done = ddl_event(50)
-    b = Barrier([0, 1], CheckpointState(applied_ts=49, applied_ddls=frozenset({ddl_key(done)})))
+    b = Barrier([0, 1], Checkpoint(resolved_ts=49, applied_ddls=frozenset({ddl_key(done)})))
     f = Feeds(b)
     f.broadcast(ddl_event(50))
     f(0, keyed_row(55, 1))
@@ -219,7 +220,7 @@ def test_ddls_sharing_a_commit_ts_run_in_arrival_order() -> None:
 
 
 def test_resume_offsets_keep_unapplied_ddl_and_rows() -> None:
-    b = Barrier([0, 1], CheckpointState(offsets={0: 0, 1: 0}))
+    b = Barrier([0, 1], Checkpoint(offsets={0: 0, 1: 0}))
     f = Feeds(b)
     f(0, resolved_event(5))  # 0
     f(0, keyed_row(10, 1))  # 1
@@ -243,8 +244,8 @@ def test_resume_offsets_keep_unapplied_ddl_and_rows() -> None:
     # nothing left but rows <= 60 are not applied yet: re-read resolved 60 (above 49)
     assert w.resume_offsets == {0: 4, 1: 4}
     b.mark_applied(w)
-    state = b.checkpoint_state()
-    assert state == CheckpointState(49, {}, frozenset({ddl_key(ddl_event(50))}), {0: 4, 1: 4})
+    state = b.checkpoint()
+    assert state == Checkpoint(resolved_ts=49, applied_ddls={ddl_key(ddl_event(50))}, offsets={0: 4, 1: 4})
     w = b.next_window()
     assert w.is_empty and w.target_ts == 60 and w.resume_offsets == {0: 5, 1: 5}
 
@@ -367,29 +368,6 @@ def test_max_rows_takes_whole_transactions() -> None:
     assert [(w.target_ts, len(w.rows)) for w in steps] == [(20, 4), (40, 1)]
     steps = drain(_three_transactions(), max_rows=2)  # ts 10 alone has 3 rows: never split
     assert [(w.target_ts, len(w.rows)) for w in steps] == [(10, 3), (40, 2)]
-
-
-def _window(rows: list[RowEvent]) -> Window:
-    return Window(100, rows, None, {}, {}, frozenset(), 0)
-
-
-def test_chunks_split_keyed_rows_between_transactions_in_ts_order() -> None:
-    w = _window([keyed_row(30, 1), keyed_row(10, 2), keyed_row(20, 3), keyed_row(10, 4), keyed_row(20, 5)])
-    chunks = list(w.chunks(2))
-    assert [[r.commit_ts for r in c] for c in chunks] == [[10, 10], [20, 20], [30]]
-    assert [[r.commit_ts for r in c] for c in w.chunks(3)] == [[10, 10], [20, 20, 30]]
-    assert [len(c) for c in w.chunks(None)] == [5]
-    big_txn = _window([keyed_row(10, i) for i in range(5)])
-    assert [len(c) for c in big_txn.chunks(2)] == [5]
-    assert list(_window([]).chunks(2)) == []
-    with pytest.raises(ValueError):
-        list(w.chunks(0))
-
-
-def test_chunks_never_split_a_window_with_keyless_rows() -> None:
-    w = _window([keyed_row(10, 1), keyed_row(20, 2), keyless_row(30, 1), keyed_row(40, 3)])
-    assert w.has_keyless_rows()
-    assert [len(c) for c in w.chunks(1)] == [4]
 
 
 # ---------------------------------------------------------------------------- back-pressure
@@ -672,11 +650,11 @@ def content(row: RowEvent) -> tuple:
 @dataclass
 class Applied:
     windows: list[Window] = field(default_factory=list)
-    snapshots: list[CheckpointState] = field(default_factory=list)  # after each window
+    snapshots: list[Checkpoint] = field(default_factory=list)  # after each window
 
 
 def start_consuming(
-    stream: Stream, state: CheckpointState, start: dict[int, int] | None
+    stream: Stream, state: Checkpoint, start: dict[int, int] | None
 ) -> tuple[Barrier, dict[int, int], Applied]:
     """Where every consumer of these tests begins: a barrier over the stream's partitions resumed
     from ``state``, the next record to read of each partition (``start``, else the first) and an
@@ -694,7 +672,7 @@ def check_window(barrier: Barrier, w: Window) -> None:
 
 
 def consume(
-    stream: Stream, state: CheckpointState, rnd: random.Random, start: dict[int, int] | None = None
+    stream: Stream, state: Checkpoint, rnd: random.Random, start: dict[int, int] | None = None
 ) -> Applied:
     """Feed the stream like the Kafka loop (random interleaving of partitions, random apply points)."""
     barrier, cursor, out = start_consuming(stream, state, start)
@@ -709,7 +687,7 @@ def consume(
             barrier.mark_applied(w)
             assert barrier.resume_offsets() == w.resume_offsets
             out.windows.append(w)
-            out.snapshots.append(barrier.checkpoint_state())
+            out.snapshots.append(barrier.checkpoint())
             if not everything and rnd.random() < 0.5:
                 return
 
@@ -766,7 +744,7 @@ def run_once_and_pick_a_crash(seed: int, rnd: random.Random, cut: float, consume
     """The stream of ``seed`` consumed from the start (every row once, windows in order), and the
     window after which the property tests crash: (stream, run, k), k = 0 for no crash."""
     stream = make_stream(seed)
-    start = CheckpointState(applied_ts=0, offsets={p: 0 for p in stream.records})
+    start = Checkpoint(resolved_ts=0, offsets={p: 0 for p in stream.records})
     run = consume_with(stream, start, rnd)
     check_order(run.windows, 0)
     assert_every_row_once(stream, run.windows)
@@ -786,7 +764,7 @@ def test_every_row_applied_once_and_restart_from_any_checkpoint_reproduces_the_r
     state = run.snapshots[k - 1]
     assert state.offsets == run.windows[k - 1].resume_offsets
     rerun = consume(stream, state, rnd, start=dict(state.offsets))
-    check_order(rerun.windows, state.applied_ts)
+    check_order(rerun.windows, state.resolved_ts)
     assert summary(rerun.windows) == summary(run.windows[k:])
 
 

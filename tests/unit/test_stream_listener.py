@@ -18,16 +18,17 @@ from applier.codec.events import (
 from applier.large_messages.errors import LargeMessageNotConfigured
 from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.stream.listener import COLUMN_BYTES, PartitionListener, cache_bytes
-from applier.stream.progress import CheckpointState, SharedProgress, ddl_key
+from applier.stream.progress import SharedProgress, ddl_key
 from applier.stream.window import is_keyless
+from checkpoint import Checkpoint
 from sqlgen import plan_window
 from tests.builders import INT, ddl_event, keyed_row, keyless_row, record, resolved_event
 
 
 def make(
-    state: CheckpointState | None = None, start: int | None = None
+    state: Checkpoint | None = None, start: int | None = None
 ) -> tuple[PartitionListener, SharedProgress]:
-    progress = SharedProgress(state or CheckpointState())
+    progress = SharedProgress(state or Checkpoint())
     return PartitionListener(0, progress, start), progress
 
 
@@ -53,7 +54,7 @@ def cached(listener: PartitionListener, upto: int = 10**18) -> list[RowEvent]:
 
 
 def test_listener_starts_at_checkpoint_ts_and_takes_max_resolved() -> None:
-    lst, _ = make(CheckpointState(applied_ts=50))
+    lst, _ = make(Checkpoint(resolved_ts=50))
     assert lst.resolved == 50
     assert lst.observed_resolved is None
     feed = Feeder(lst)
@@ -70,7 +71,7 @@ def test_listener_starts_at_checkpoint_ts_and_takes_max_resolved() -> None:
 
 
 def test_rows_at_or_below_checkpoint_are_skipped() -> None:
-    lst, _ = make(CheckpointState(applied_ts=100, table_ts={("db", "k"): 120}))
+    lst, _ = make(Checkpoint(resolved_ts=100, tables={("db", "k"): 120}))
     feed = Feeder(lst)
     feed(keyed_row(100, 1), keyed_row(101, 2, table="other"), keyed_row(120, 3), keyed_row(121, 4))
     assert [(r.table, r.commit_ts) for r in cached(lst)] == [("other", 101), ("k", 121)]
@@ -126,7 +127,7 @@ def test_ddls_sharing_a_commit_ts_are_distinct() -> None:
 
 def test_ddl_applied_per_checkpoint_is_dropped() -> None:
     applied = ddl_event(50)
-    lst, _ = make(CheckpointState(applied_ts=49, applied_ddls=frozenset({ddl_key(applied)})))
+    lst, _ = make(Checkpoint(resolved_ts=49, applied_ddls=frozenset({ddl_key(applied)})))
     feed = Feeder(lst)
     feed(ddl_event(50))
     feed(ddl_event(40, "DROP TABLE x"))  # at or below the applied ts
@@ -221,14 +222,14 @@ def test_discard_applied_drops_rows_and_the_applied_ddl() -> None:
 def _restart_equivalence(records: list[list], applied_ts: int) -> tuple[PartitionListener, PartitionListener]:
     """Feed ``records`` to a listener, apply up to ``applied_ts``, restart a second listener from the
     first one's resume offset: both must hold the same rows."""
-    first, progress = make(CheckpointState(), start=0)
+    first, progress = make(Checkpoint(), start=0)
     for off, evs in enumerate(records):
         first.feed(off, evs)
     progress.applied_ts = applied_ts
     first.discard_applied()
     resume = first.resume_offset()
     assert resume is not None
-    second, _ = make(CheckpointState(applied_ts=applied_ts), start=resume)
+    second, _ = make(Checkpoint(resolved_ts=applied_ts), start=resume)
     for off, evs in enumerate(records):
         if off >= resume:
             second.feed(off, evs)
@@ -294,7 +295,7 @@ def test_keyless_copies_with_rid_are_dropped_exactly() -> None:
 def test_keyless_versions_are_shared_by_the_partitions_and_forgotten_once_applied() -> None:
     from applier.stream.listener import KeylessVersions
 
-    progress = SharedProgress(CheckpointState())
+    progress = SharedProgress(Checkpoint())
     versions = KeylessVersions()
     p0 = PartitionListener(0, progress, 0, versions)
     p1 = PartitionListener(1, progress, 0, versions)
@@ -364,14 +365,14 @@ def test_a_restart_at_the_resume_offset_drops_the_same_copies() -> None:
         [keyless_row(40, 2)],
         [resolved_event(35)],
     ]
-    first, progress = make(CheckpointState(applied_ts=0), start=0)
+    first, progress = make(Checkpoint(resolved_ts=0), start=0)
     for off, evs in enumerate(records):
         first.feed(off, evs)
     progress.applied_ts = 15
     first.discard_applied()
     resume = first.resume_offset()
     assert resume == 0
-    second, _ = make(CheckpointState(applied_ts=15), start=resume)
+    second, _ = make(Checkpoint(resolved_ts=15), start=resume)
     for off, evs in enumerate(records):
         if off >= resume:
             second.feed(off, evs)
@@ -452,7 +453,7 @@ def test_updates_decoded_with_their_old_image_reduced_to_the_key_plan_as_whole_o
     cached: dict[bool, list[RowEvent]] = {}
     reduced = 0
     for keys_only in (False, True):
-        progress = SharedProgress(CheckpointState())
+        progress = SharedProgress(Checkpoint())
         listeners: dict[int, PartitionListener] = {}
         offsets: dict[int, int] = {}
         for rec in sim.records:

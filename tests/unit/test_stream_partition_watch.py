@@ -18,13 +18,15 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from applier.codec.decoder import DecoderOptions
 from applier.codec.events import Position, ResolvedEvent
-from applier.daemon.loop import EXIT_OK, Daemon, start_offsets
+from applier.daemon.loop import EXIT_OK, Daemon
+from applier.daemon.startup import Stages, start_offsets
+from applier.daemon.tuning import Tuning
 from applier.kafka.reader import PartitionReader
 from applier.ops.observer import Observers
 from applier.settings.schema import Config
 from applier.stream.barrier import Barrier
 from applier.stream.partition_watch import PartitionWatch
-from applier.stream.progress import CheckpointState
+from checkpoint import Checkpoint
 from tests.builders import resolved_record
 from tests.unit.kafka_fakes import FakeConsumer, FakeOracle, Msg, event
 
@@ -196,8 +198,7 @@ class Lock:
 class _NoApplier:
     """The loop's streams here release no row window: it only asks whether to write rows early."""
 
-    def early_allowed(self) -> bool:
-        return False
+    early = SimpleNamespace(next_piece=lambda barrier, max_rows: None)
 
 
 def run_loop(
@@ -222,9 +223,14 @@ def run_loop(
         {"topic": "orders", "max_txn_rows": 1000, "max_cached_bytes": 1 << 30, "exit_when_caught_up": True}
     )
     daemon.observer, daemon.log, daemon._stop = Observers(), log, threading.Event()
-    daemon.options = DecoderOptions()
-    daemon.reader, daemon.barrier, daemon.watch = reader, watch.barrier, watch  # type: ignore[assignment]
-    daemon.lock, daemon.applier = Lock(), _NoApplier()  # type: ignore[assignment]
+    daemon.options, daemon.tuning = DecoderOptions(), Tuning()
+    daemon.stages = Stages(
+        lock=Lock(),
+        reader=reader,
+        barrier=watch.barrier,
+        watch=watch,
+        applier=_NoApplier(),  # type: ignore[arg-type]
+    )
     thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
     try:
         code = daemon._loop()
@@ -278,20 +284,20 @@ def test_loop_exits_caught_up_with_a_partition_that_stays_empty() -> None:
 def test_several_topics_are_caught_up_only_once_the_highest_resolved_ts_read_is_applied() -> None:
     """Read to their end, a quiet partition still waits for its drain probe (and the watermark for
     the next topic listing): no window being ready does not mean caught up yet."""
-    barrier = Barrier([0, 1], CheckpointState(applied_ts=50, offsets={0: 0, 1: 0}))
+    barrier = Barrier([0, 1], Checkpoint(resolved_ts=50, offsets={0: 0, 1: 0}))
     barrier.feed(0, 0, [ResolvedEvent(60, Position("a", 0, 0, 0))], 0, None)
     daemon = Daemon.__new__(Daemon)
     daemon.cfg = Config({"topic": "a,b", "exit_when_caught_up": True})
-    daemon.reader = SimpleNamespace(all_at_end=lambda: True)  # type: ignore[assignment]
-    daemon.barrier, daemon.large, daemon._inflight = barrier, None, None
-    daemon.watch = SimpleNamespace(several=True)  # type: ignore[assignment]
+    watch = SimpleNamespace(several=True)
+    daemon.stages = Stages(reader=SimpleNamespace(all_at_end=lambda: True), barrier=barrier, watch=watch)  # type: ignore[arg-type]
+    daemon.windows = SimpleNamespace(inflight=None)  # type: ignore[assignment]
     assert barrier.next_window() is None and not daemon._caught_up([])
     barrier.listeners[1].observe_drained(0, 60)  # its probe's end came
     while (window := barrier.next_window()) is not None:
         barrier.mark_applied(window)
     assert barrier.applied_ts == 60 and daemon._caught_up([])
-    daemon.watch.several = False  # one topic: every partition gets every resolved event
-    daemon.barrier = Barrier([0], CheckpointState(applied_ts=50, offsets={0: 0}))
+    watch.several = False  # one topic: every partition gets every resolved event
+    daemon.stages.barrier = Barrier([0], Checkpoint(resolved_ts=50, offsets={0: 0}))
     assert daemon._caught_up([])
 
 

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from applier.stream.barrier import Barrier
-from applier.stream.progress import CheckpointState
 from applier.stream.window import Window
+from checkpoint import Checkpoint
 from tests.builders import ddl_event, keyed_row, resolved_event
 from tests.unit.test_stream_barrier import (
     Applied,
@@ -31,19 +31,19 @@ from tests.unit.test_stream_barrier import (
 )
 
 
-def checkpoint_of(barrier: Barrier, window: Window) -> CheckpointState:
+def checkpoint_of(barrier: Barrier, window: Window) -> Checkpoint:
     """What the daemon stores with ``window`` (its own resume offsets), read after marking it."""
-    state = barrier.checkpoint_state()
-    return CheckpointState(
-        applied_ts=window.target_ts,
-        table_ts=state.table_ts,
+    state = barrier.checkpoint()
+    return Checkpoint(
+        resolved_ts=window.target_ts,
+        tables=state.tables,
         applied_ddls=state.applied_ddls,
         offsets={p: o for p, o in window.resume_offsets.items() if o is not None},
     )
 
 
 def consume_pipelined(
-    stream: Stream, state: CheckpointState, rnd: random.Random, start: dict[int, int] | None = None
+    stream: Stream, state: Checkpoint, rnd: random.Random, start: dict[int, int] | None = None
 ) -> Applied:
     barrier, cursor, out = start_consuming(stream, state, start)
     queue: list[Window] = []  # queue[0] is in flight, queue[1] prepared ahead
@@ -110,7 +110,7 @@ def test_windows_built_ahead_apply_every_row_once_and_restart_reproduces_the_res
     rest = summary(run.windows[k:])
     for again in (consume, consume_pipelined):
         rerun = again(stream, state, random.Random(consumer_seed + 1), start=dict(state.offsets))
-        check_order(rerun.windows, state.applied_ts)
+        check_order(rerun.windows, state.resolved_ts)
         assert summary(rerun.windows) == rest
 
 

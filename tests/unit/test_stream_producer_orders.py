@@ -20,8 +20,8 @@ from applier.codec.decoder import DecoderOptions, decode_record
 from applier.codec.events import DDLEvent, RowEvent, RowKind, handle_key_names, key_only
 from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.stream.barrier import Barrier
-from applier.stream.progress import CheckpointState
 from applier.stream.window import is_keyless
+from checkpoint import Checkpoint
 from sqlgen.collapse import update_keeps_key
 
 
@@ -53,7 +53,7 @@ def _decode(sim):
 
 
 def _run(per_partition, rnd: random.Random):
-    barrier = Barrier(per_partition, CheckpointState(offsets=dict.fromkeys(per_partition, 0)))
+    barrier = Barrier(per_partition, Checkpoint(offsets=dict.fromkeys(per_partition, 0)))
     cursor = dict.fromkeys(per_partition, 0)
     windows = []
 

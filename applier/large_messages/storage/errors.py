@@ -1,46 +1,19 @@
-"""The errors of reading claim-check objects; no message of them contains a secret."""
+"""The errors of reading claim-check objects; no message of them contains a secret.
+
+The public ones are defined with the other large-message errors (``applier.large_messages.errors``)
+and named here too, for the store's modules; ``Transient`` is the stores' own signal to retry.
+"""
 
 from __future__ import annotations
 
-from applier.errors import ApplierError, ConfigurationError
+from applier.large_messages.errors import (
+    ObjectMissing,
+    ObjectStoreConfigError,
+    ObjectStoreError,
+    ObjectUnreadable,
+)
 
-
-class ObjectStoreError(ApplierError):
-    """Base of every error of this module; its message never contains a secret."""
-
-
-class ObjectStoreConfigError(ObjectStoreError, ConfigurationError, ValueError):
-    """The storage root (URI or options) is unusable. A ValueError too, like the other config errors."""
-
-
-class ObjectMissing(ObjectStoreError):
-    """The object does not exist under the root: permanent (TiCDC writes it before sending its record,
-    so it was removed since, e.g. by a lifecycle rule, or the root names another place)."""
-
-    def __init__(self, name: str, where: str) -> None:
-        self.name = name
-        self.where = where
-        super().__init__(f"object {name!r} does not exist in {where}")
-
-
-class ObjectUnreadable(ObjectStoreError):
-    """The object could not be read and trying again now will not help.
-
-    ``reason`` says why (no secrets). ``retried`` is true when the failures were transient but lasted
-    longer than the retry budget; ``attempts`` counts the reads made (each may include botocore's
-    own retries).
-    """
-
-    def __init__(
-        self, name: str, where: str, reason: str, *, retried: bool = False, attempts: int = 1
-    ) -> None:
-        self.name = name
-        self.where = where
-        self.reason = reason
-        self.retried = retried
-        self.attempts = attempts
-        tail = f" (still failing after {attempts} attempts, retried for the whole budget)" if retried else ""
-        super().__init__(f"cannot read object {name!r} from {where}: {reason}{tail}")
+__all__ = ["ObjectMissing", "ObjectStoreConfigError", "ObjectStoreError", "ObjectUnreadable", "Transient"]
 
 
 class Transient(Exception):
