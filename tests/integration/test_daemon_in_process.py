@@ -170,7 +170,9 @@ def _daemon(
 def _compare(mariadb_params: dict, sim: Simulation) -> list[str]:
     conn = pymysql.connect(**mariadb_params)
     try:
-        return compare_downstream(conn, sim, sim.final_resolved_ts)
+        # Keyless rows only where the stream lets a consumer rebuild them exactly (rid present):
+        # without rid a replayed keyless row cannot be told from a second identical one.
+        return compare_downstream(conn, sim, sim.final_resolved_ts, keyless_rows=sim.exact_keyless)
     finally:
         conn.close()
 
