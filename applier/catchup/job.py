@@ -62,7 +62,7 @@ from applier.codec.events import DDLEvent, RowEvent
 from applier.downstream.lock import ActiveLock
 from applier.errors import FatalError, task_error_line
 from applier.kafka.client_log import KafkaClientLog
-from applier.kafka.reader import base_consumer_config
+from applier.kafka.reader import base_consumer_config, new_consumer
 from applier.large_messages.settings import LargeMessageSettings
 from applier.large_messages.storage import open_store
 from applier.ops.logs import get_logger
@@ -192,11 +192,9 @@ class CatchupJob:
         try:
             ckpt = self._start()
             if source is None:
-                from confluent_kafka import Consumer
-
                 cfg = self.cfg
                 conf = base_consumer_config(cfg.kafka_bootstrap, cfg.group_id, cfg.kafka_config)
-                source = KafkaOffsets(Consumer(KafkaClientLog().install(conf)), self.topics)
+                source = KafkaOffsets(new_consumer(KafkaClientLog().install(conf)), self.topics)
             self._run(ckpt, source, started)
         finally:
             if own_source and isinstance(source, KafkaOffsets):

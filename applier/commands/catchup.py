@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 
 from applier.commands.run import report_configuration_error
 from applier.errors import EXIT_OK, EXIT_USAGE, ConfigurationError, FatalError
@@ -27,6 +28,7 @@ def run_catchup_command(cfg: Config) -> int:
     from applier.catchup.job import run_catchup
 
     try:
+        _check_temp_dir()
         summary = run_catchup(cfg)
     except ConfigurationError as exc:
         return report_configuration_error(exc)
@@ -36,3 +38,16 @@ def run_catchup_command(cfg: Config) -> int:
     for line in summary.lines():
         print(line)
     return EXIT_OK
+
+
+def _check_temp_dir() -> None:
+    """Spark's driver and its Python workers write to the temporary directory from their first
+    step (the gateway's connection file, shuffle and broadcast files): without one the job fails
+    deep inside PySpark. Say so first, naming what to mount."""
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        raise ConfigurationError(
+            "the catch-up needs a writable temporary directory (TMPDIR, /tmp) for Spark; in a read-only "
+            "container mount a tmpfs on /tmp (docker/README.md)"
+        ) from None
