@@ -42,6 +42,7 @@ from tests.deploy.container_support import (
     remove_test_containers,
     service_run,
 )
+from tests.deploy.database import admin, drop_objects
 from tests.integration.catchup_support import restore_backup
 from tests.integration.harness import Changefeed
 
@@ -91,28 +92,8 @@ def podman_clean() -> Iterator[None]:
         remove_test_containers()
 
 
-def _admin(mariadb_params: dict, timeout: float = 60) -> pymysql.connections.Connection:
-    """A root connection of its own: the server is shared, and other tests on this machine may
-    restart it, so none is held across the module and a restart in progress is waited out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return pymysql.connect(**mariadb_params, autocommit=True, connect_timeout=5)
-        except pymysql.err.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-
-
 def _drop_all(mariadb_params: dict) -> None:
-    admin = _admin(mariadb_params)
-    try:
-        with admin.cursor() as cur:
-            for schema in (UPSTREAM, CHECKPOINT):
-                cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
-            cur.execute("DROP USER IF EXISTS %s@'%%'", (USER,))
-    finally:
-        admin.close()
+    drop_objects(mariadb_params, (UPSTREAM, CHECKPOINT), USER)
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +102,9 @@ def database_user(mariadb_params: dict) -> Iterator[tuple[str, str]]:
     on this test's checkpoint and upstream schemas; dropped with the schemas at the end."""
     password = secrets.token_hex(16)
     _drop_all(mariadb_params)  # what a killed run left
-    admin = _admin(mariadb_params)
+    conn = admin(mariadb_params)
     try:
-        with admin.cursor() as cur:
+        with conn.cursor() as cur:
             cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (USER, password))
             cur.execute(
                 f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON `{CHECKPOINT}`.* TO %s@'%%'", (USER,)
@@ -135,7 +116,7 @@ def database_user(mariadb_params: dict) -> Iterator[tuple[str, str]]:
             )
             cur.execute("GRANT PROCESS ON *.* TO %s@'%%'", (USER,))
     finally:
-        admin.close()
+        conn.close()
     try:
         yield USER, password
     finally:
@@ -273,13 +254,13 @@ def test_catchup_image_applies_the_same_backlog(
 ) -> None:
     """A downstream restored from a backup at X (the model's snapshot) and a fresh checkpoint: the
     catch-up, read-only in the catchup image with Spark in local mode, brings it to the topic's end."""
-    admin = _admin(mariadb_params)
+    conn = admin(mariadb_params)
     try:
-        with admin.cursor() as cur:
+        with conn.cursor() as cur:
             for schema in (UPSTREAM, CHECKPOINT):
                 cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
     finally:
-        admin.close()
+        conn.close()
     alter = next(ev for ev in backlog.ddl_events if ev.ddl_type == 5)
     x = max(ts for ts in backlog.resolved_points if ts < alter.commit_ts - 1)
     restore_backup(feed, backlog, x)

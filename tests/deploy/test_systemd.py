@@ -47,7 +47,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pymysql
 import pytest
 
 from applier.codec.events import tso_physical_ms
@@ -55,6 +54,7 @@ from applier.kafka.embedded_broker import EmbeddedBroker
 from applier.simulator import Simulation, StreamConfig, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from applier.simulator.verify import compare_downstream
+from tests.deploy.database import admin, drop_objects
 from tests.deploy.nspawn import CACHE, Container, booted, remove_stale_scratch
 from tests.integration.tcp_proxy import TcpProxy
 
@@ -176,19 +176,8 @@ def build_wheel(command: str) -> Path:
     return cached / wheel.name
 
 
-def admin(params: dict) -> pymysql.connections.Connection:
-    return pymysql.connect(**params, autocommit=True, charset="utf8mb4")
-
-
 def drop_database_objects(params: dict) -> None:
-    conn = admin(params)
-    try:
-        with conn.cursor() as cur:
-            for schema in (APP_SCHEMA, CHECKPOINT_SCHEMA):
-                cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
-            cur.execute("DROP USER IF EXISTS %s@'%%'", (USER,))
-    finally:
-        conn.close()
+    drop_objects(params, (APP_SCHEMA, CHECKPOINT_SCHEMA), USER)
 
 
 def port_refuses(port: int) -> bool:
