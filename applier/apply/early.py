@@ -3,8 +3,8 @@
 Why: a window can only be committed once every partition's resolved ts has passed its rows
 (docs/open-protocol.md §5.5), but TiCDC sends those rows up to a second before that resolved ts.
 Writing them only once the window is released puts the database's whole time for the window
-into the replication lag (at 10,000 rows/s about 160 ms of the ~250 ms between a resolved ts
-and its commit, benchmarks/lag.py). So while nothing can be released, the daemon writes the rows
+into the replication lag, where it is the larger part of the time between a resolved ts and
+its commit (docs/performance.md). So while nothing can be released, the daemon writes the rows
 that have most likely all arrived (``Barrier.early_window``) into the apply session's open
 transaction, piece by piece; when the window is released, only the rows after those pieces and
 the checkpoint are left to write before COMMIT.

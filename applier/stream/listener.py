@@ -194,8 +194,7 @@ class _Pending:
 ROW_BYTES = 320
 COLUMN_BYTES = 230
 """Memory of a decoded row beyond its record bytes: the event and position objects, and a dict
-per column (measured with tracemalloc: sysbench rows of 4 columns take 1.8 KB, the simulator's
-rows of 19 columns 6.3 KB, both within 3 % of this estimate)."""
+per column (checked against tracemalloc for narrow and wide rows: docs/performance.md)."""
 
 
 def cache_bytes(record_bytes: int, events: Sequence[Event]) -> int:
