@@ -53,6 +53,14 @@ def _one_line_exit_2(
         assert needle in output, f"{needle!r} not in:\n{output[-3000:]}"
 
 
+def _exited(proc: subprocess.Popen) -> None:
+    """Wait for a daemon that should exit by itself; one that waits instead is stopped, not left."""
+    try:
+        proc.wait(timeout=60)
+    finally:
+        stop(proc)
+
+
 def _notify_lines(sock) -> list[str]:
     lines = []
     sock.settimeout(0)
@@ -158,7 +166,7 @@ def test_missing_privileges_name_the_grant(feed: Changefeed, unprivileged, maria
     env = {"APPLIER_DOWNSTREAM_PASSWORD": password}
     cf = _as(feed, user, mariadb_params)
     proc = cf.start("--http-listen", "off", env=env)
-    proc.wait(timeout=60)
+    _exited(proc)
     grant = f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON `{feed.checkpoint_schema}`.* TO '{user}'@'%'"
     _one_line_exit_2(proc, read_log(proc), grant)
 
@@ -179,7 +187,7 @@ def test_a_refused_login_exits_2(feed: Changefeed, unprivileged, mariadb_params:
     proc = _as(feed, user, mariadb_params).start(
         "--http-listen", "off", env={"APPLIER_DOWNSTREAM_PASSWORD": password + "-wrong"}
     )
-    proc.wait(timeout=60)
+    _exited(proc)
     _one_line_exit_2(proc, read_log(proc), "refused the login")
     assert password not in read_log(proc)
 
@@ -190,7 +198,7 @@ def test_an_unknown_librdkafka_setting_exits_2_before_anything_is_written(feed: 
         ("fetch.wait.max.ms=no-secret-value", "refuses the value of 'fetch.wait.max.ms'"),
     ):
         proc = feed.start("--http-listen", "off", "--kafka-config", setting)
-        proc.wait(timeout=60)
+        _exited(proc)
         log = read_log(proc)
         _one_line_exit_2(proc, log, needle)
         assert "secret-value" not in log  # librdkafka quotes the value; the daemon does not
@@ -229,5 +237,5 @@ def test_a_spill_directory_that_cannot_be_made_exits_2(feed: Changefeed) -> None
     """A read-only root without a volume at the spill directory: one line naming the setting."""
     ensure_topic(feed.bootstrap, feed.topic, 1)
     proc = feed.start("--http-listen", "off", "--spill-dir", "/proc/ticdc-applier-test/spill")
-    proc.wait(timeout=60)
+    _exited(proc)
     _one_line_exit_2(proc, read_log(proc), "cannot make the spill directory", "APPLIER_SPILL_DIR")
