@@ -52,8 +52,8 @@ container-tools:
 	@missing=""; \
 	for tool in podman buildah runc mmdebstrap; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  echo "installing:$$missing uidmap fuse-overlayfs (with what they recommend, as the tests were proven with)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing uidmap fuse-overlayfs; \
 	fi
 
 test-container: $(BIN)/.installed-test services container-tools
@@ -79,8 +79,8 @@ test-systemd: $(BIN)/.installed-test services
 	command -v systemd-nspawn >/dev/null 2>&1 || missing="$$missing systemd-container"; \
 	command -v mmdebstrap >/dev/null 2>&1 || missing="$$missing mmdebstrap"; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  echo "installing:$$missing (with what they recommend, as the test was proven with)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	$(BIN)/python -m pytest -q -s -p no:cacheprovider --tb=short tests/deploy/test_systemd.py
 
