@@ -175,7 +175,7 @@ class Startup:
             cfg.kafka_config,
             lost_offset_advice=self._lost_offset_advice(),
         )
-        partitions = self._wait_for_topic(reader)
+        partitions, created_meanwhile = self._wait_for_topic(reader)
         key = reader.slots.key
         stored = {tp: o for tp, o in ckpt.topic_offsets.items() if topics.matches(tp[0])}
         has_checkpoint = ckpt.topic is not None or bool(ckpt.resolved_ts or stored)  # a window written
@@ -183,7 +183,9 @@ class Startup:
             partitions,
             {p: o for p in partitions if (o := stored.get(key(p))) is not None},
             has_checkpoint,
-            cfg.start,
+            # A topic made while this start waited holds nothing older than the start: its end
+            # would skip what the changefeed wrote first, whatever `start` says.
+            "earliest" if created_meanwhile else cfg.start,
         )
         # The barrier names partitions by slot (applier.kafka.topics): the offsets it starts from.
         state = dataclasses.replace(ckpt, offsets={p: o for p, o in start.items() if isinstance(o, int)})
@@ -261,10 +263,12 @@ class Startup:
         self.log.info("active: holding the single-active lock", took_over=said)
         return lock
 
-    def _wait_for_topic(self, reader: PartitionReader) -> list[int]:
+    def _wait_for_topic(self, reader: PartitionReader) -> tuple[list[int], bool]:
         """The topic's partitions, once a broker answers and the topic exists: at boot the broker
         may come up after the daemon, and TiCDC creates the topic only when the changefeed first
-        writes. Waited out like the database (capped backoff, one line then summaries)."""
+        writes. Waited out like the database (capped backoff, one line then summaries). Also
+        whether the topic was missing at some attempt (it was created while this start waited)."""
+        missing = False
         log = RetryLog(
             self.log,
             report_seconds=self.cfg.retry_report_seconds,
@@ -275,13 +279,17 @@ class Startup:
         )
 
         def discover() -> list[int]:
+            nonlocal missing
             try:
                 return reader.discover_partitions(reader.METADATA_TIMEOUT)
             except BrokerUnreachable:
                 reader.check_refused()  # a refused login looks the same: that one is not waited for
                 raise
+            except TopicMissing:
+                missing = True
+                raise
 
-        return run_startup_step(
+        partitions = run_startup_step(
             discover,
             retry_log=log,
             on_waiting=self.observer.on_waiting,
@@ -289,6 +297,7 @@ class Startup:
             retryable=lambda exc: isinstance(exc, (BrokerUnreachable, TopicMissing)),
             sleep=self._sleep,
         )
+        return partitions, missing
 
     def _sleep(self, seconds: float) -> None:
         """The pause between start-up attempts; a stop request ends it (and the start-up) at once."""

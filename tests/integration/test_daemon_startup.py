@@ -100,16 +100,19 @@ def test_a_database_down_at_start_is_waited_for(feed: Changefeed, mariadb_params
     assert log.count("transient downstream error, retrying the start-up") == 1  # then summaries
     assert "downstream recovered: the start-up goes on" in log
     resolved, _ = feed.checkpoint()
+    assert resolved == sim.final_resolved_ts  # the whole stream, not an empty end
     assert feed.compare(sim, resolved) == []
 
 
 def test_a_broker_and_a_topic_that_appear_later_are_waited_for(feed: Changefeed) -> None:
     """No broker at the bootstrap address, then a broker without the topic, then the topic: the
-    daemon says which it waits for (``/readyz``) and applies the stream once it is there."""
+    daemon says which it waits for (``/readyz``) and applies the stream once it is there. With
+    ``--start latest``: a topic created while the daemon waited is read from its beginning (the
+    stream is produced whole while the daemon is stopped between two attempts)."""
     port = free_port()
     cf = replace(feed, bootstrap=f"127.0.0.1:{port}")
     sim = simulate(StreamConfig(seed=6, partitions=2, transactions=60, schema=feed.new_schema()))
-    proc = cf.start("--http-listen", "127.0.0.1:0", "--log-format", "json", "--exit-when-caught-up")
+    proc = cf.start("--http-listen", "127.0.0.1:0", "--log-format", "json", "--start", "latest")
     broker = None
     try:
         base = http_base(proc)
@@ -117,11 +120,20 @@ def test_a_broker_and_a_topic_that_appear_later_are_waited_for(feed: Changefeed)
         broker = start_broker(port)
         wait_until(lambda: _waiting_for(base, "does not exist"), 60, "waiting for the topic", proc)
         assert proc.poll() is None
-        produce_simulation(cf.bootstrap, cf.topic, sim)
-        assert proc.wait(timeout=120) == 0, read_log(proc)[-3000:]
+        proc.send_signal(signal.SIGSTOP)  # the whole stream is in the topic before it looks again
+        try:
+            produce_simulation(cf.bootstrap, cf.topic, sim)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        # Not --exit-when-caught-up: a daemon that found the new topic before its first record
+        # would be caught up at once, with nothing applied.
+        wait_until(lambda: feed.checkpoint()[0] == sim.final_resolved_ts, 120, "the whole stream", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, read_log(proc)[-3000:]
         log = read_log(proc)
         assert "Kafka recovered: the topic is readable" in log
         resolved, _ = feed.checkpoint()
+        assert resolved == sim.final_resolved_ts  # the whole stream, not an empty end
         assert feed.compare(sim, resolved) == []
     finally:
         stop(proc)
