@@ -23,9 +23,7 @@ class Operations:
     """Health state, metrics, the HTTP endpoints (unless ``http_listen = off``) and sd_notify."""
 
     def __init__(self, cfg: Any, environ: dict[str, str] | None = None) -> None:
-        self.health = Health(
-            stall_seconds=cfg.stall_seconds, retry_report_seconds=cfg.retry_report_seconds
-        )
+        self.health = Health(stall_seconds=cfg.stall_seconds, retry_report_seconds=cfg.retry_report_seconds)
         self.metrics = MetricsObserver()
         self.systemd = SystemdObserver(Notifier(environ), self.health)
         listen = cfg.http_listen

@@ -19,20 +19,13 @@ message, sent as claim-check references; ``write_claim_check_objects(sim, direct
 objects they name.
 
 Modules: ``tables`` (table definitions and TiCDC column metadata), ``values`` (random values),
-``workload`` (the upstream model), ``golang`` and ``encoder`` (the wire format), ``stream`` (what
-the stream reproduces, and its public names) over ``model`` (settings, events, records, the
-simulation), ``emitter`` (dispatch, batching, broadcasts, faults) and ``driver`` (the workload in
-commit order), ``producer`` (Kafka), ``verify`` (downstream check).
+``workload`` (the upstream model), ``golang`` and ``encoder`` (the wire format), ``model`` (settings, events,
+records, the simulation), ``emitter`` (what the stream reproduces: dispatch, batching, broadcasts,
+faults) and ``driver`` (the workload in commit order), ``producer`` (Kafka), ``verify`` (downstream check).
 """
 
-from applier.simulator.producer import (
-    ProduceError,
-    ensure_topic,
-    produce_simulation,
-    run_simulate,
-    write_claim_check_objects,
-)
-from applier.simulator.stream import (
+from applier.simulator.driver import simulate
+from applier.simulator.model import (
     PRODUCER_MODES,
     LargeMessage,
     SimEvent,
@@ -40,7 +33,13 @@ from applier.simulator.stream import (
     Simulation,
     StreamConfig,
     format_summary,
-    simulate,
+)
+from applier.simulator.producer import (
+    ProduceError,
+    ensure_topic,
+    produce_simulation,
+    run_simulate,
+    write_claim_check_objects,
 )
 from applier.simulator.verify import compare_downstream
 

@@ -1,7 +1,7 @@
 """What the simulator produces: its settings (:class:`StreamConfig`, :data:`PRODUCER_MODES`), the
 events and records of the stream, and the :class:`Simulation`, which keeps the records in
 production order and can tell what the upstream looked like at any ts (what a downstream must
-converge to). How the records are made: :mod:`applier.simulator.stream`.
+converge to). How the records are made: :mod:`applier.simulator.emitter`.
 """
 
 from __future__ import annotations

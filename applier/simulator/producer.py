@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from applier.errors import FatalError
-from applier.simulator.stream import SimRecord, Simulation, StreamConfig, simulate
+from applier.simulator.driver import simulate
+from applier.simulator.model import SimRecord, Simulation, StreamConfig
 
 _PRODUCER_HEADROOM = 64 * 1024  # protocol overhead on top of a record's key and value
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from applier.simulator.stream import Simulation
+from applier.simulator.model import Simulation
 from applier.simulator.tables import ColumnSpec, Kind, TableSpec, quote_ident
 from applier.simulator.values import format_time
 

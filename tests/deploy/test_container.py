@@ -29,8 +29,7 @@ import pytest
 from applier.cli import _build_parser
 from applier.commands.demo import _stream_config
 from applier.kafka.embedded_broker import EmbeddedBroker
-from applier.simulator import simulate
-from applier.simulator.stream import Simulation
+from applier.simulator import Simulation, simulate
 from tests.deploy.container_support import (
     LABEL,
     build_image,

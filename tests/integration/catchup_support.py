@@ -17,7 +17,7 @@ from typing import Any
 import pymysql
 
 from applier.settings.schema import resolve
-from applier.simulator.stream import Simulation
+from applier.simulator import Simulation, StreamConfig, produce_simulation, simulate
 from applier.simulator.tables import DDL_CREATE_SCHEMA, quote_ident
 from tests.integration.harness import Changefeed
 
@@ -207,3 +207,13 @@ def global_resolved_of(records) -> int:
             if ev.kind == "resolved":  # a DDL implies no resolved ts (docs/open-protocol.md §5.4)
                 last[rec.partition] = max(last.get(rec.partition, 0), ev.commit_ts)
     return min(last.values())
+
+
+def backlog_after_a_backup(cf: Changefeed, seed: int, transactions: int) -> tuple[Simulation, int, int]:
+    """A simulated stream (2 partitions) in the topic, the downstream restored as of its second
+    resolved point X: returns the simulation, X and the stream's global resolved ts R."""
+    sim = simulate(StreamConfig(seed=seed, partitions=2, transactions=transactions, schema=cf.new_schema()))
+    x = sim.resolved_points[1]
+    restore_backup(cf, sim, x)
+    produce_simulation(cf.bootstrap, cf.topic, sim)
+    return sim, x, global_resolved_of(sim.records)

@@ -9,7 +9,7 @@ import pymysql
 import pytest
 
 from applier.kafka.embedded_broker import free_port, start_broker
-from tests.integration.harness import Changefeed
+from tests.integration.harness import Changefeed, DatabaseUser
 from tests.integration.tcp_proxy import TcpProxy
 
 
@@ -17,6 +17,33 @@ from tests.integration.tcp_proxy import TcpProxy
 def feed(broker, downstream_url, mariadb_params) -> Iterator[Changefeed]:
     """A fresh changefeed (topic name, group id, checkpoint schema); its schemas are dropped after."""
     cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", downstream_url, mariadb_params)
+    yield cf
+    cf.drop()
+
+
+@pytest.fixture
+def own_user(mariadb_params: dict) -> Iterator[DatabaseUser]:
+    """A database user of the test's own (every privilege, from 127.0.0.1), for tests that look for or
+    kill the daemon's sessions: the suite runs tests side by side, so other tests' sessions (root's
+    included) are on the server too and must be left alone."""
+    user = DatabaseUser(f"own_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex)
+    admin = pymysql.connect(**mariadb_params, autocommit=True)
+    try:
+        with admin.cursor() as cur:
+            cur.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY %s", (user.name, user.password))
+            cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO `{user.name}`@'127.0.0.1'")
+        yield user
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS %s@'127.0.0.1'", (user.name,))
+        admin.close()
+
+
+@pytest.fixture
+def own_user_feed(broker, mariadb_params: dict, own_user: DatabaseUser) -> Iterator[Changefeed]:
+    """A changefeed applied by :func:`own_user`."""
+    url = f"mysql://{own_user.name}:{own_user.password}@127.0.0.1:{mariadb_params['port']}/"
+    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", url, mariadb_params)
     yield cf
     cf.drop()
 

@@ -23,6 +23,14 @@ import pymysql
 from applier.simulator import Simulation, compare_downstream
 
 
+@dataclass(frozen=True)
+class DatabaseUser:
+    """A database account a test made for itself (tests/integration/conftest.py, ``own_user``)."""
+
+    name: str
+    password: str
+
+
 @dataclass
 class Changefeed:
     """One test changefeed: its topic, group id, checkpoint schema and downstream URL."""
@@ -224,16 +232,24 @@ def kill_loop(
     feed: Changefeed, log_path: str, rng: random.Random, *, runs: int, delay: tuple[float, float]
 ) -> list[int]:
     """Start the daemon ``runs`` times (output to ``log_path``), each SIGKILLed ``delay`` seconds
-    (uniform) after its "started" line; the stored resolved ts after each kill.
+    (uniform) after a point of its run; the stored resolved ts after each kill. The point is its
+    "started" line on even runs (kills while it starts and reads its first windows), its first
+    "window applied" line on odd ones (kills while it applies; or 30 s, when nothing is left).
 
-    Timed from the "started" line, not from the process start: interpreter start-up varies with
-    the machine's load, and the first windows need the whole backlog's head decoded across every
-    partition (about a second) before the barrier can release them."""
+    Timed from lines of the log, not from the process start: interpreter start-up varies with the
+    machine's load, and the first windows need the whole backlog's head decoded across every
+    partition (about a second, several on a loaded machine) before the barrier can release them;
+    the odd runs make progress between the kills however loaded the machine is."""
     progress: list[int] = []
     for kills in range(runs):
+        applied = _count_in(log_path, "window applied")
         proc = feed.start(log_path=log_path)
         started = time.monotonic()
         while read_log(proc).count("[info     ] started") <= kills and time.monotonic() - started < 30:
+            time.sleep(0.02)
+        while kills % 2 and read_log(proc).count("window applied") <= applied and proc.poll() is None:
+            if time.monotonic() - started > 30:
+                break  # nothing left to apply
             time.sleep(0.02)
         time.sleep(rng.uniform(*delay))
         if proc.poll() is not None:
@@ -241,6 +257,12 @@ def kill_loop(
         stop(proc, signal.SIGKILL)
         progress.append(feed.checkpoint()[0])
     return progress
+
+
+def _count_in(path: str, needle: str) -> int:
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+        return fh.read().decode(errors="replace").count(needle)
+    return 0
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:

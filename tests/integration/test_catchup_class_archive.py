@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from applier.simulator import StreamConfig, produce_simulation, simulate
-from tests.integration.catchup_support import global_resolved_of, restore_backup, start_catchup_process
+from tests.integration.catchup_support import backlog_after_a_backup, start_catchup_process
 from tests.integration.harness import Changefeed, read_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -34,12 +33,7 @@ def _run(feed: Changefeed, from_ts: int, directory: Path) -> str:
 def test_the_first_catchup_writes_the_class_archive_and_the_next_reads_it(
     feed: Changefeed, tmp_path: Path
 ) -> None:
-    cfg = StreamConfig(seed=41, partitions=2, transactions=80, schema=feed.new_schema())
-    sim = simulate(cfg)
-    x = sim.resolved_points[1]
-    restore_backup(feed, sim, x)
-    produce_simulation(feed.bootstrap, feed.topic, sim)
-    r = global_resolved_of(sim.records)
+    sim, x, r = backlog_after_a_backup(feed, seed=41, transactions=80)
 
     first = _run(feed, x, tmp_path)
     assert "written after the job ends" in first, first[-4000:]

@@ -18,13 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from applier.simulator import StreamConfig, produce_simulation, simulate
-from tests.integration.catchup_support import (
-    catchup_flags,
-    class_archive_directory,
-    global_resolved_of,
-    restore_backup,
-)
+from tests.integration.catchup_support import backlog_after_a_backup, catchup_flags, class_archive_directory
 from tests.integration.harness import Changefeed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,12 +42,7 @@ def test_a_catchup_started_from_a_checkout_imports_the_installed_applier(
     _copy(checkout, compiled=False)
     assert list(installed.rglob("*.so")) and not list(checkout.rglob("*.so"))
 
-    cfg = StreamConfig(seed=43, partitions=2, transactions=60, schema=feed.new_schema())
-    sim = simulate(cfg)
-    x = sim.resolved_points[1]
-    restore_backup(feed, sim, x)
-    produce_simulation(feed.bootstrap, feed.topic, sim)
-    r = global_resolved_of(sim.records)
+    sim, x, r = backlog_after_a_backup(feed, seed=43, transactions=60)
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("APPLIER_", "PYTHONSAFEPATH"))}
     env["PYTHONPATH"] = str(installed)

@@ -34,7 +34,7 @@ from tests.integration.harness import Changefeed, read_log, stop
 from tests.integration.ops_support import http_base, http_get, scrape, value, wait_until
 from tests.integration.s3_server import client_env, make_bucket
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 OUTAGES = (1.0, 3.0, 8.0, 15.0, 30.0)  # seconds the broker stays down, one restart each
 RESUME_WITHIN = 60.0  # loose: the daemon reconnects within librdkafka's reconnect backoff (<= 10 s)

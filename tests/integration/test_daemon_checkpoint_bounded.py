@@ -21,7 +21,7 @@ from checkpoint.store import DDL_HISTORY
 from tests.integration.ddl_script import Script, snapshot
 from tests.integration.harness import Changefeed, kill_loop
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CYCLES = 55
 

@@ -2,12 +2,18 @@
 
 Both must be ridden out by the retry rules (reconnect, replay the whole transaction from memory)
 and the stream must still converge to the model.
+
+A private server (``start_plain_mariadb``): the test kills every client session but its own and
+lowers the global lock wait timeout, which would hit the tests running beside it on the shared one.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -16,8 +22,26 @@ from applier.downstream.lock import lock_name
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from tests.integration import eager_workers
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.private_mariadb import PrivateMariaDB, start_plain_mariadb
 
-pytestmark = pytest.mark.integration
+# One worker runs the module: the server is started once.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("db_trouble")]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateMariaDB]:
+    srv = start_plain_mariadb(Path(tmp_path_factory.mktemp("mariadb-db-trouble")))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def feed(server: PrivateMariaDB, broker) -> Iterator[Changefeed]:
+    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", server.url, server.params)
+    yield cf
+    cf.drop()
 
 
 def _apply_connections(admin: pymysql.connections.Connection, feed: Changefeed) -> list[int]:

@@ -45,18 +45,23 @@ def _base(s: Script, db: str) -> None:
     s.rows(db, "a", update=[({"a": 2, "b": 20, "c": 200}, {"a": 2, "b": 21, "c": 201})], delete=[{"a": 5}])
 
 
-def rename(s: Script, db: str, db2: str) -> int:
-    _base(s, db)
-    s.ddl(db, "b", 14, "RENAME TABLE a TO b")
-    s.rows(db, "b", insert=[{"a": 7, "b": 70, "c": 700}])
-    return len(s.steps) - 2
+def _one_ddl(table: str, ddl_type: int, query: str, row: dict) -> Callable[[Script, str, str], int]:
+    """A build: the base, one DDL keyed to ``table``, then ``row`` inserted into ``table``."""
+
+    def build(s: Script, db: str, db2: str) -> int:
+        _base(s, db)
+        s.ddl(db, table, ddl_type, query)
+        s.rows(db, table, insert=[row])
+        return len(s.steps) - 2
+
+    return build
 
 
-def truncate(s: Script, db: str, db2: str) -> int:
-    _base(s, db)
-    s.ddl(db, "a", 11, "TRUNCATE TABLE a")
-    s.rows(db, "a", insert=[{"a": 9, "b": 90, "c": 900}])
-    return len(s.steps) - 2
+rename = _one_ddl("b", 14, "RENAME TABLE a TO b", {"a": 7, "b": 70, "c": 700})
+truncate = _one_ddl("a", 11, "TRUNCATE TABLE a", {"a": 9, "b": 90, "c": 900})
+add_column = _one_ddl(
+    "a", 5, "ALTER TABLE a ADD COLUMN d BIGINT AFTER a", {"a": 6, "d": 66, "b": 60, "c": 600}
+)
 
 
 def drop_column(s: Script, db: str, db2: str) -> int:
@@ -73,13 +78,6 @@ def drop_create(s: Script, db: str, db2: str) -> int:
     s.ddl(db, "a", 4, "DROP TABLE a")
     s.ddl(db, "a", 3, "CREATE TABLE a (a BIGINT PRIMARY KEY, x BIGINT, y BIGINT, KEY kx (x))")
     s.rows(db, "a", insert=[{"a": 1, "x": 2, "y": 3}])
-    return len(s.steps) - 2
-
-
-def add_column(s: Script, db: str, db2: str) -> int:
-    _base(s, db)
-    s.ddl(db, "a", 5, "ALTER TABLE a ADD COLUMN d BIGINT AFTER a")
-    s.rows(db, "a", insert=[{"a": 6, "d": 66, "b": 60, "c": 600}])
     return len(s.steps) - 2
 
 

@@ -24,7 +24,7 @@ from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])

@@ -12,7 +12,7 @@ from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, produce_
 from tests.integration import eager_workers, tight_read_ahead
 from tests.integration.harness import Changefeed, kill_loop, read_log, stop, wait_for_output
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _produced_for_small_transactions(feed: Changefeed, max_txn_rows: int, **stream) -> Simulation:

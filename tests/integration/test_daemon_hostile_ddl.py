@@ -54,8 +54,6 @@ def test_hostile_ddl_event_stops_the_daemon_and_touches_nothing(
         cur.execute(f"CREATE DATABASE `{canary}`")
         cur.execute(f"CREATE TABLE `{canary}`.canary (a INT PRIMARY KEY)")
         cur.execute(f"INSERT INTO `{canary}`.canary VALUES (1), (2), (3)")
-        cur.execute("SELECT COUNT(*) FROM mysql.user")
-        (users,) = cur.fetchone()
     conn.close()
 
     def row(ts: int, a: int) -> tuple[dict, dict]:
@@ -95,7 +93,7 @@ def test_hostile_ddl_event_stops_the_daemon_and_touches_nothing(
 
     assert _count(feed, f"SELECT COUNT(*) FROM `{schema}`.t") == 2  # the rows before it, not after
     assert _count(feed, f"SELECT COUNT(*) FROM `{canary}`.canary") == 3
-    assert _count(feed, "SELECT COUNT(*) FROM mysql.user") == users
+    # The account the hostile texts name (not the number of accounts: tests beside this one make theirs).
     assert _count(feed, "SELECT COUNT(*) FROM mysql.user WHERE user = 'hostile_user'") == 0
     assert (
         _count(feed, f"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{schema}'") == 1

@@ -13,7 +13,7 @@ from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, 
 from applier.simulator.tables import BULK_TABLE
 from tests.integration.harness import Changefeed, read_log, stop
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HUGE = 50_000
 

@@ -13,8 +13,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 
 import pymysql
 import pytest
@@ -23,7 +21,7 @@ from applier.downstream.lock import lock_name
 from applier.simulator import Simulation, StreamConfig, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from checkpoint.schema import TABLES
-from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.harness import Changefeed, DatabaseUser, read_log, stop, wait_for_output
 from tests.integration.ops_support import http_base, http_get, scrape, value, wait_until
 
 pytestmark = pytest.mark.integration
@@ -209,28 +207,11 @@ def test_a_ddl_waiting_on_a_metadata_lock_is_reported_then_applied(feed: Changef
     assert feed.compare(sim, sim.final_resolved_ts) == []
 
 
-@pytest.fixture
-def storm_feed(broker, mariadb_params) -> Iterator[Changefeed]:
-    """A changefeed applied by a database user of its own, so that the test kills only its sessions."""
-    user, password = f"storm_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    admin = pymysql.connect(**mariadb_params, autocommit=True)
-    with admin.cursor() as cur:
-        cur.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY %s", (user, password))
-        cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO `{user}`@'127.0.0.1'")
-    url = f"mysql://{user}:{password}@127.0.0.1:{mariadb_params['port']}/"
-    cf = Changefeed(broker.bootstrap, f"cdc_{uuid.uuid4().hex[:10]}", url, mariadb_params)
-    cf.user = user  # type: ignore[attr-defined]
-    try:
-        yield cf
-    finally:
-        cf.drop()
-        with admin.cursor() as cur:
-            cur.execute("DROP USER IF EXISTS %s@'127.0.0.1'", (user,))
-        admin.close()
-
-
-def test_a_storm_of_transient_errors_is_logged_by_class_reported_and_ridden_out(storm_feed) -> None:
-    feed = storm_feed
+def test_a_storm_of_transient_errors_is_logged_by_class_reported_and_ridden_out(
+    own_user_feed: Changefeed, own_user: DatabaseUser
+) -> None:
+    """Applied by a database user of its own, so that the storm kills only the daemon's sessions."""
+    feed = own_user_feed
     sim, cut, _, holder = _half_applied_rows_locked(feed, seed=63)
     admin = feed.connect()
     stop_killing = threading.Event()
@@ -246,7 +227,7 @@ def test_a_storm_of_transient_errors_is_logged_by_class_reported_and_ridden_out(
                 cur.execute(
                     "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s AND COMMAND = 'Query' "
                     "AND ID <> IFNULL(IS_USED_LOCK(%s), 0)",
-                    (feed.user, lock),
+                    (own_user.name, lock),
                 )
                 for (conn_id,) in cur.fetchall():
                     try:

@@ -24,11 +24,11 @@ import pytest
 
 from applier.downstream.lock import lock_name
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
-from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.harness import Changefeed, DatabaseUser, read_log, stop, wait_for_output
 from tests.integration.ops_support import wait_until
 from tests.integration.tcp_proxy import TcpProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 READ_TIMEOUT = 3
 
@@ -42,11 +42,9 @@ def db_proxy(mariadb_params: dict) -> Iterator[TcpProxy]:
         proxy.close()
 
 
-def proxied_url(proxy: TcpProxy, mariadb_params: dict, **options: object) -> str:
-    p = mariadb_params
-    auth = p["user"] + (f":{p['password']}" if p["password"] else "")
+def proxied_url(proxy: TcpProxy, user: DatabaseUser, **options: object) -> str:
     query = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"mysql://{auth}@127.0.0.1:{proxy.port}/" + (f"?{query}" if query else "")
+    return f"mysql://{user.name}:{user.password}@127.0.0.1:{proxy.port}/" + (f"?{query}" if query else "")
 
 
 def stream(feed: Changefeed, mode: str, transactions: int = 900):
@@ -66,24 +64,21 @@ def converge(feed: Changefeed, proc, sim, timeout: float = 240) -> None:
     assert feed.compare(sim, sim.final_resolved_ts) == []
 
 
-def sessions(admin: pymysql.connections.Connection) -> set[int]:
-    """Every client session on the server but the admin's own."""
+def sessions(admin: pymysql.connections.Connection, user: DatabaseUser) -> set[int]:
+    """The daemon's sessions: those of its own database user (other tests' run beside them)."""
     with admin.cursor() as cur:
-        cur.execute(
-            "SELECT id FROM information_schema.processlist WHERE id <> CONNECTION_ID() "
-            "AND command <> 'Daemon' AND user NOT IN ('system user', 'event_scheduler')"
-        )
+        cur.execute("SELECT id FROM information_schema.processlist WHERE user = %s", (user.name,))
         return {int(r[0]) for r in cur.fetchall()}
 
 
 def test_a_slow_path_and_connections_cut_mid_transaction_converge(
-    feed: Changefeed, db_proxy: TcpProxy, mariadb_params: dict
+    feed: Changefeed, db_proxy: TcpProxy, own_user: DatabaseUser
 ) -> None:
     """Every connection to the database reset three times (the lock session's too), on a path that
     adds latency to every packet: replays on new sessions, the lock taken again, exact result."""
     sim = stream(feed, "all-classic")
     db_proxy.latency = 0.001
-    feed.downstream = proxied_url(db_proxy, mariadb_params)
+    feed.downstream = proxied_url(db_proxy, own_user)
     proc = feed.start()
     try:
         wait_for_output(proc, "window applied", timeout=60)
@@ -99,13 +94,13 @@ def test_a_slow_path_and_connections_cut_mid_transaction_converge(
 
 
 def test_a_stalled_database_path_is_given_up_and_its_sessions_ended(
-    feed: Changefeed, db_proxy: TcpProxy, mariadb_params: dict
+    feed: Changefeed, db_proxy: TcpProxy, own_user: DatabaseUser
 ) -> None:
     """The path stops forwarding in both directions and closes nothing, mid-stream. The server keeps
     the old sessions (open transactions, row locks, the named lock); the daemon must give them up,
     end them on the server, take its lock again and replay, without exiting."""
     sim = stream(feed, "all-new")
-    feed.downstream = proxied_url(db_proxy, mariadb_params, read_timeout=READ_TIMEOUT)
+    feed.downstream = proxied_url(db_proxy, own_user, read_timeout=READ_TIMEOUT)
     admin = feed.connect()
     proc = feed.start()
     try:
@@ -113,7 +108,7 @@ def test_a_stalled_database_path_is_given_up_and_its_sessions_ended(
         with admin.cursor() as cur:
             cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(feed.checkpoint_schema, feed.group_id),))
             lock_holder = int(cur.fetchone()[0])
-        stalled = sessions(admin)
+        stalled = sessions(admin, own_user)
         assert lock_holder in stalled
         assert db_proxy.stall() >= 2  # the apply and lock sessions at least
         converge(feed, proc, sim)
@@ -123,7 +118,7 @@ def test_a_stalled_database_path_is_given_up_and_its_sessions_ended(
             cur.execute("SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX")
             open_trx = {int(r[0]) for r in cur.fetchall()}
         assert not (open_trx & stalled), "a stalled session still holds a transaction"
-        assert lock_holder not in sessions(admin), "the stalled lock session was not ended"
+        assert lock_holder not in sessions(admin, own_user), "the stalled lock session was not ended"
         log = read_log(proc)
         assert "lock re-taken" in log and "transient downstream error" in log
     finally:

@@ -23,7 +23,7 @@ from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration.harness import Changefeed, read_log, stop
 from tests.integration.ops_support import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODES = sorted(PRODUCER_MODES)
 

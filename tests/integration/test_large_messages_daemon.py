@@ -18,7 +18,7 @@ from tests.integration.harness import Changefeed
 from tests.integration.s3_server import make_bucket, put_objects
 from tests.integration.versioned_upstream import load_history
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WIDE = "wide"
 WIDE_COLUMNS = ("body", "data", "note")

@@ -21,9 +21,8 @@ import pymysql
 import pytest
 
 from applier.kafka.embedded_broker import free_port
-from applier.simulator import StreamConfig, produce_simulation, simulate
+from applier.simulator import SimRecord, StreamConfig, produce_simulation, simulate
 from applier.simulator.producer import produce_records
-from applier.simulator.stream import SimRecord
 from tests.builders import frame_docs
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 from tests.integration.ops_support import http_base, http_get, wait_until

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from applier.simulator import PRODUCER_MODES, StreamConfig, compare_downstream, simulate
-from applier.simulator.stream import Simulation
+from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, compare_downstream, simulate
 from applier.simulator.tables import LATE_TABLE, PARTITIONED_TABLE, quote_ident
 from tests.integration.catchup_support import load_state
 

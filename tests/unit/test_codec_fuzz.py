@@ -54,7 +54,7 @@ from applier.codec.errors import MalformedRecordError
 from applier.codec.events import LargeMessageEvent, Position, RowEvent
 from applier.codec.framing import split_record
 from applier.large_messages.claim_check import BadClaimCheckObject, row_from_object
-from applier.simulator.stream import StreamConfig, simulate
+from applier.simulator import StreamConfig, simulate
 from tests.builders import compress_value, ddl_event
 from tests.unit.test_codec_fastpath import assert_same
 
@@ -398,6 +398,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(fuzzed_record())
 def test_mutated_records_decode_or_raise_malformed_record(case: tuple[bytes, bytes, DecoderOptions]) -> None:

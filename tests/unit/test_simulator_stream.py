@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from applier.codec import events as flags
-from applier.simulator.stream import (
+from applier.simulator import (
     PRODUCER_MODES,
     SimEvent,
     SimRecord,

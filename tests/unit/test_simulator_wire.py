@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from applier.simulator import SimEvent, StreamConfig, simulate
 from applier.simulator.golang import Float32, go_float, go_json, go_quote
-from applier.simulator.stream import SimEvent, StreamConfig, simulate
 from tests.builders import decompress_value, split_record
 
 _SHORT = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34}

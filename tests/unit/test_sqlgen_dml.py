@@ -187,7 +187,7 @@ def test_window_statements_order_and_counts() -> None:
 
 def _binder() -> Any:
     """A pymysql cursor that binds like the applier's sessions (utf8mb4, backslash escapes), offline."""
-    conn = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4")
+    conn = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4", ssl_disabled=True)
     conn.server_status = 0  # set by the handshake; 0: backslash escapes, as our sql_mode has them
     return conn.cursor()
 
@@ -335,13 +335,18 @@ _VALUES_OF_EVERY_KIND: list[Any] = [
 
 @pytest.mark.parametrize("no_backslash_escapes", [False, True])
 def test_bound_is_the_text_of_pymysqls_mogrify_for_every_kind_of_value(no_backslash_escapes: bool) -> None:
+    _assert_bound_as_mogrify(_VALUES_OF_EVERY_KIND, no_backslash_escapes, table="t%")
+
+
+def _assert_bound_as_mogrify(values: list[Any], no_backslash_escapes: bool, table: str) -> None:
+    """A REPLACE of ``values`` into ``table``, bound by us and by pymysql: the same text."""
     cur = _binder()
     # NO_BACKSLASH_ESCAPES (from the handshake and every OK packet) changes how strings are escaped
     cur.connection.server_status = (
         SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash_escapes else 0
     )
-    sql = "REPLACE INTO `t%%` (`a`) VALUES " + ",".join(["(%s)"] * len(_VALUES_OF_EVERY_KIND))
-    st = Statement(sql, tuple(_VALUES_OF_EVERY_KIND), "replace", "s", "t%", len(_VALUES_OF_EVERY_KIND), None)
+    sql = f"REPLACE INTO `{table.replace('%', '%%')}` (`a`) VALUES " + ",".join(["(%s)"] * len(values))
+    st = Statement(sql, tuple(values), "replace", "s", table, len(values), None)
     assert st.bound(cur.connection.escape) == cur.mogrify(st.sql, st.params)
 
 
@@ -363,10 +368,4 @@ def test_bound_is_the_text_of_pymysqls_mogrify_for_every_kind_of_value(no_backsl
 def test_bound_agrees_with_mogrify_whether_or_not_a_string_needs_escaping(
     values: list[Any], no_backslash_escapes: bool
 ) -> None:
-    cur = _binder()
-    cur.connection.server_status = (
-        SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash_escapes else 0
-    )
-    sql = "REPLACE INTO `t` (`a`) VALUES " + ",".join(["(%s)"] * len(values))
-    st = Statement(sql, tuple(values), "replace", "s", "t", len(values), None)
-    assert st.bound(cur.connection.escape) == cur.mogrify(st.sql, st.params)
+    _assert_bound_as_mogrify(values, no_backslash_escapes, table="t")
