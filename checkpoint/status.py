@@ -63,6 +63,7 @@ def status_report(
         "partitions": [],
         "applied_ddls": 0,
         "last_ddl": None,
+        "ddl_in_progress": None,
     }
     try:
         with conn.cursor() as cur:
@@ -137,6 +138,26 @@ def status_report(
                     "ddl_type": int(last[3]),
                     "query": last[4],
                     "applied_at": _iso(last[5]),
+                }
+            # The journal row lives from just before a DDL runs until it is recorded: a DDL
+            # running now, or one a crash interrupted (the next start settles it). The server's
+            # clock times it, as it wrote started_at.
+            cur.execute(
+                "SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `started_at`, "
+                "TIMESTAMPDIFF(MICROSECOND, `started_at`, UTC_TIMESTAMP(6)) "
+                f"FROM {q}.`ddl_journal` WHERE `changefeed` = %s",
+                (changefeed,),
+            )
+            pending = cur.fetchone()
+            if pending is not None:
+                report["ddl_in_progress"] = {
+                    "commit_ts": int(pending[0]),
+                    "schema": pending[1],
+                    "table": pending[2],
+                    "ddl_type": int(pending[3]),
+                    "query": pending[4],
+                    "started_at": _iso(pending[5]),
+                    "elapsed_seconds": round(int(pending[6]) / 1e6, 1),
                 }
     except pymysql.err.MySQLError as exc:
         if exc.args and exc.args[0] in _MISSING_CODES:

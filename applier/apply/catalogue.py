@@ -2,21 +2,26 @@
 
 A DDL commits on its own, outside any transaction of ours, so "did it take effect?" cannot be
 answered by the checkpoint after a crash: only the server's catalogue knows. A *fingerprint* of
-the schemas a DDL touches is taken before it runs (and journaled, see :mod:`applier.apply.ddl`);
-comparing it with a fingerprint taken later tells whether the catalogue changed in between.
+the objects a DDL touches is taken before it runs (and journaled, see :mod:`applier.apply.ddl`);
+comparing it with a fingerprint of the same objects taken later tells whether the catalogue
+changed in between.
 
-Per schema the fingerprint holds whether the schema exists (with its default character set and
-collation) and, per table or view, a digest of ``SHOW CREATE TABLE`` (the ``AUTO_INCREMENT``
-counter removed: rows move it, DDL is what we look for) plus the table's *data identity*: the
-storage engine's ids of the table and its partitions. The ids are what makes a DDL visible that
-leaves every definition as it was: ``TRUNCATE`` (a new table id) and ``EXCHANGE PARTITION``
-(the ids of the partition and the table swap). They come from
+What is read (a :class:`Scope`): per schema, whether it exists (with its default character set
+and collation) and, per table or view the DDL names, a digest of ``SHOW CREATE TABLE`` (the
+``AUTO_INCREMENT`` counter removed: rows move it, DDL is what we look for), or its absence. Only
+the named objects are read, so a DDL costs the same in a schema of ten tables as in one of ten
+thousand; the DDL guard (:func:`sqlgen.check_ddl`) is what names them, and a statement it cannot
+read has its whole schemas read instead (every table, as a scope of ``None``).
+
+Two kinds of statement leave the definitions as they were. ``TRUNCATE`` empties its table: the
+scope then asks whether each table holds a row (a table that held none is the same after it,
+and running it again changes nothing). ``EXCHANGE PARTITION`` swaps the rows of two tables of the
+same shape, and a ``RENAME`` of several tables can swap their names: the scope then asks for the
+tables' *data identity*, the storage engine's ids of the tables and their partitions, from
 ``information_schema.INNODB_SYS_TABLES`` (MariaDB), ``INNODB_TABLES`` (MySQL 8) or
-``TIDB_TABLE_ID``/``TIDB_PARTITION_ID`` (TiDB); the InnoDB views need the PROCESS privilege.
-Without it the fingerprint has definitions only (:attr:`Fingerprint.identity` False).
-
-Whole schemas are fingerprinted, not just the tables a statement names: a name the statement
-parser missed can then not hide a change.
+``TIDB_TABLE_ID``/``TIDB_PARTITION_ID`` (TiDB). The InnoDB views need the PROCESS privilege and
+are filled from every table of the server (tens of milliseconds at ten thousand tables), which
+is why they are read only there; without the privilege :attr:`Fingerprint.identity` is False.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pymysql
@@ -40,20 +44,55 @@ _ABSENT: dict = {"db": None, "tables": {}, "ids": ""}
 
 
 @dataclass(frozen=True, slots=True)
+class Scope:
+    """What a fingerprint reads: per schema the tables it names (``None``: every table of the
+    schema), and whether the tables' data identity (storage ids) is needed too."""
+
+    tables: dict[str, frozenset[str] | None]
+    ids: bool = False
+    rows: bool = False
+    """Whether each table holds a row is asked too."""
+
+
+@dataclass(frozen=True, slots=True)
 class Fingerprint:
-    """The catalogue of some schemas at one moment; ``schemas`` maps a schema name to its state."""
+    """The catalogue of some objects at one moment; ``schemas`` maps a schema name to its state:
+    ``db`` (None when absent), ``tables`` (a digest per table that exists), ``ids`` (a digest of
+    the tables' storage ids, "" when not read), ``named`` (the tables looked at; absent when
+    the whole schema was read) and, when asked, ``rows`` (the tables that hold a row)."""
 
     schemas: dict[str, dict]
     identity: bool
-    """Whether data identity (table ids) was visible; False without the PROCESS privilege."""
+    """False when the scope needed table ids and the server hid them (no PROCESS privilege)."""
+    ids: bool = False
+    """Whether the table ids were asked for (:attr:`Scope.ids`)."""
+    rows: bool = False
+    """Whether the tables' rows were asked for (:attr:`Scope.rows`)."""
 
     def to_json(self) -> str:
-        return json.dumps({"schemas": self.schemas, "identity": self.identity}, sort_keys=True)
+        return json.dumps(
+            {"schemas": self.schemas, "identity": self.identity, "ids": self.ids, "rows": self.rows},
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Fingerprint:
         data = json.loads(text)
-        return cls(dict(data["schemas"]), bool(data["identity"]))
+        # A journal row written before scopes existed read whole schemas, ids included.
+        return cls(
+            dict(data["schemas"]), bool(data["identity"]), bool(data.get("ids", True)), bool(data.get("rows"))
+        )
+
+    def scope(self) -> Scope:
+        """What this fingerprint read: a later one of the same scope compares with it."""
+        return Scope(
+            {
+                schema: None if "named" not in state else frozenset(state["named"])
+                for schema, state in self.schemas.items()
+            },
+            self.ids,
+            self.rows,
+        )
 
     def changes(self, later: Fingerprint) -> list[str]:
         """What differs in ``later`` (e.g. ``"db.t: definition"``); [] when nothing did."""
@@ -73,6 +112,9 @@ class Fingerprint:
                     out.append(f"{schema}.{table}: {'created' if x is None else 'dropped'}")
                 else:
                     out.append(f"{schema}.{table}: definition")
+            for table in sorted(set(a.get("rows", ())) ^ set(b.get("rows", ()))):
+                if ta.get(table) is not None and ta.get(table) == tb.get(table):
+                    out.append(f"{schema}.{table}: {'emptied' if table in a['rows'] else 'filled'}")
             if self.identity and later.identity and a["ids"] != b["ids"] and not out:
                 out.append(f"{schema}: data (table or partition ids)")
         return out
@@ -88,20 +130,22 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _innodb_pattern(schema: str) -> str:
-    """A LIKE pattern for the InnoDB names (``db/table``, encoded for the file system) of a schema.
+def _innodb_name(name: str) -> str:
+    """A LIKE pattern for a name as InnoDB spells it (encoded for the file system).
 
     Letters, digits and ``_`` are kept by the server's file-name encoding; every other character
     becomes an ``@`` code whose form depends on the character, so it is matched with ``%``: the
-    pattern may then also match another schema's tables, which only adds objects to compare.
+    pattern may then also match other objects, which only adds objects to compare.
     """
-    out = []
-    for ch in schema:
-        if ch.isascii() and (ch.isalnum() or ch == "_"):
-            out.append(_like_escape(ch))
-        else:
-            out.append("%")
-    return "".join(out) + "/%"
+    return "".join(_like_escape(ch) if ch.isascii() and (ch.isalnum() or ch == "_") else "%" for ch in name)
+
+
+def _innodb_patterns(schema: str, tables: frozenset[str] | None) -> list[str]:
+    """LIKE patterns of the InnoDB names (``db/table``, ``db/table#P#partition``) of the tables."""
+    db = _innodb_name(schema) + "/"
+    if tables is None:
+        return [db + "%"]
+    return [p for t in sorted(tables) for p in (db + _innodb_name(t), db + _innodb_name(t) + "#P#%")]
 
 
 class Catalogue:
@@ -111,67 +155,92 @@ class Catalogue:
         self._dialect = dialect
         self._identity: bool | None = None  # False once the ids were refused: not asked again
 
-    def fingerprint(self, conn: pymysql.connections.Connection, schemas: Iterable[str]) -> Fingerprint:
+    def fingerprint(self, conn: pymysql.connections.Connection, scope: Scope) -> Fingerprint:
         state: dict[str, dict] = {}
         identity = True
         try:
             with conn.cursor() as cur:
-                for schema in sorted(set(schemas)):
-                    entry, ids_ok = self._schema(cur, schema)
+                for schema in sorted(scope.tables):
+                    entry, ids_ok = self._schema(cur, schema, scope.tables[schema], scope.ids, scope.rows)
                     identity = identity and ids_ok
                     state[schema] = entry
         finally:
             # information_schema and SHOW reads open a transaction on a non-autocommit session;
             # ending it releases the metadata locks they took before the DDL needs them.
             conn.rollback()
-        return Fingerprint(state, identity)
+        return Fingerprint(state, identity, scope.ids, scope.rows)
 
-    def _schema(self, cur: pymysql.cursors.Cursor, schema: str) -> tuple[dict, bool]:
+    def _schema(
+        self,
+        cur: pymysql.cursors.Cursor,
+        schema: str,
+        named: frozenset[str] | None,
+        with_ids: bool,
+        with_rows: bool,
+    ) -> tuple[dict, bool]:
         cur.execute(
             "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA "
             "WHERE SCHEMA_NAME = %s",
             (schema,),
         )
         row = cur.fetchone()
+        entry: dict = {"db": None, "tables": {}, "ids": ""}
+        if named is not None:
+            entry["named"] = sorted(named)
         if row is None:
-            return {"db": None, "tables": {}, "ids": ""}, True
-        cur.execute(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
-            (schema,),
-        )
-        names = [r[0] for r in cur.fetchall()]
-        ids, ids_ok = self._ids(cur, schema)
-        tables: dict[str, str] = {}
+            return entry, True
+        entry["db"] = f"{row[0]}/{row[1]}"
+        if named is None:
+            cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (schema,))
+            names = sorted(r[0] for r in cur.fetchall())
+        else:
+            names = sorted(named)
+        ids_ok = True
+        if with_ids:
+            entry["ids"], ids_ok = self._ids(cur, schema, named)
         q = quote_ident(schema)
         for name in names:
             try:
                 cur.execute(f"SHOW CREATE TABLE {q}.{quote_ident(name)}")
                 created = cur.fetchone()
             except pymysql.err.MySQLError as exc:
-                if exc.args and exc.args[0] == 1146:  # dropped between the two reads
+                if exc.args and exc.args[0] == 1146:  # absent (or dropped between the two reads)
                     continue
                 raise
-            tables[name] = _digest(_AUTO_INCREMENT.sub("", str(created[1])))
-        return {"db": f"{row[0]}/{row[1]}", "tables": tables, "ids": ids}, ids_ok
+            entry["tables"][name] = _digest(_AUTO_INCREMENT.sub("", str(created[1])))
+        if with_rows:
+            entry["rows"] = []
+            for name in entry["tables"]:
+                cur.execute(f"SELECT EXISTS (SELECT 1 FROM {q}.{quote_ident(name)})")
+                if cur.fetchone()[0]:
+                    entry["rows"].append(name)
+        return entry, ids_ok
 
-    def _ids(self, cur: pymysql.cursors.Cursor, schema: str) -> tuple[str, bool]:
-        """A digest of every (object, id) pair of the schema's tables and partitions."""
+    def _ids(
+        self, cur: pymysql.cursors.Cursor, schema: str, named: frozenset[str] | None
+    ) -> tuple[str, bool]:
+        """A digest of every (object, id) pair of the tables (and their partitions)."""
         if self._identity is False:
             return "", False
+        if named is not None and not named:  # the schema row alone: no table to ask for
+            return _digest("[]"), True
         try:
             if self._dialect.name == "tidb":
+                where = "TABLE_SCHEMA = %s" + ("" if named is None else " AND TABLE_NAME IN %s")
+                args: tuple = (schema,) if named is None else (schema, tuple(sorted(named)))
                 cur.execute(
-                    "SELECT TABLE_NAME, '', TIDB_TABLE_ID FROM information_schema.TABLES "
-                    "WHERE TABLE_SCHEMA = %s "
+                    f"SELECT TABLE_NAME, '', TIDB_TABLE_ID FROM information_schema.TABLES WHERE {where} "
                     "UNION ALL SELECT TABLE_NAME, PARTITION_NAME, TIDB_PARTITION_ID FROM "
-                    "information_schema.PARTITIONS WHERE TABLE_SCHEMA = %s AND PARTITION_NAME IS NOT NULL",
-                    (schema, schema),
+                    f"information_schema.PARTITIONS WHERE {where} AND PARTITION_NAME IS NOT NULL",
+                    args + args,
                 )
             else:
                 view = "INNODB_SYS_TABLES" if self._dialect.name == "mariadb" else "INNODB_TABLES"
+                patterns = _innodb_patterns(schema, named)
                 cur.execute(
-                    f"SELECT NAME, '', TABLE_ID FROM information_schema.{view} WHERE NAME LIKE %s",
-                    (_innodb_pattern(schema),),
+                    f"SELECT NAME, '', TABLE_ID FROM information_schema.{view} WHERE "
+                    + " OR ".join(["NAME LIKE %s"] * len(patterns)),
+                    tuple(patterns),
                 )
             pairs = sorted([str(a), str(b or ""), int(c or 0)] for a, b, c in cur.fetchall())
         except pymysql.err.MySQLError as exc:

@@ -7,9 +7,10 @@ re-run ``RENAME TABLE a TO b`` fails with "no such table", a re-run ``DROP COLUM
 was dropped and re-added in between silently destroys data, a re-run ``EXCHANGE PARTITION`` swaps
 the rows back. So a DDL goes through a journal, and the downstream's catalogue decides:
 
-1. **Journal**: the catalogue of every schema the DDL touches is fingerprinted
-   (:class:`applier.apply.catalogue.Catalogue`: definitions and table ids) and written to the
-   ``ddl_journal`` row of the changefeed, in a committed transaction fenced by the owner token.
+1. **Journal**: the catalogue of the objects the DDL touches is fingerprinted
+   (:class:`applier.apply.catalogue.Catalogue`: definitions, table ids where they are needed)
+   and written to the ``ddl_journal`` row of the changefeed, in a committed transaction fenced
+   by the owner token.
 2. **DDL**: on the session that holds the single-active lock, right after checking that it still
    holds it (:meth:`ActiveLock.run_fenced`): a stale instance cannot run a DDL.
 3. **Record**: ``applied_ddl``, the checkpoint the caller writes, the rows that checkpoint makes
@@ -17,7 +18,7 @@ the rows back. So a DDL goes through a journal, and the downstream's catalogue d
    transaction. Only then does the caller apply rows after the DDL.
 
 After a crash (or a lost connection) between 1 and 3, :meth:`DDLExecutor.settle` compares the
-journaled fingerprint with the catalogue now. Nothing else changes these schemas' catalogue
+journaled fingerprint with the catalogue now. Nothing else changes these objects' catalogue
 between the journal and the restart (the daemon is their only writer of DDL, and MariaDB and
 MySQL 8 DDL is atomic), so: changed means the DDL took effect (it is recorded); unchanged means it
 did not, or had no effect at all, and running it (again) gives exactly what one run gives.
@@ -37,7 +38,7 @@ import pymysql
 import sqlglot
 from sqlglot import exp
 
-from applier.apply.catalogue import Catalogue, Fingerprint
+from applier.apply.catalogue import Catalogue, Fingerprint, Scope
 from applier.codec.events import DDLEvent
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.lock import ActiveLock
@@ -82,22 +83,36 @@ def detect_dialect(conn: pymysql.connections.Connection) -> Dialect:
     return dialect.with_max_allowed_packet(int(packet))
 
 
-def touched_schemas(ddl: DDLEvent | JournalEntry) -> frozenset[str]:
-    """The schemas a DDL may change: the guard's targets (the key's schema, RENAME targets, the
-    EXCHANGE PARTITION partner, ...) plus every schema the text qualifies a name with, so that a
-    shape the guard reads differently still cannot hide a changed schema from the fingerprint."""
-    schemas = {ddl.schema} if ddl.schema else set()
+def touched(ddl: DDLEvent | JournalEntry) -> Scope:
+    """What a DDL may change, as its fingerprint reads it: the schemas and tables the DDL guard
+    reads in the text (the key's table, RENAME targets, the EXCHANGE PARTITION partner, ...) plus
+    every ``schema.table`` the text spells out; only these, so that a DDL's cost does not grow with
+    its schema. A text the guard cannot read has every table of those schemas read instead. Table
+    ids are asked for where only they show the effect (:func:`_moves_data`), whether the tables hold
+    rows where only that does (:func:`_empties_tables`)."""
+    named: dict[str, set[str]] = {}
+    if ddl.schema:
+        named[ddl.schema] = {ddl.table} if ddl.table else set()
     try:
         targets = check_ddl(ddl.query, ddl.ddl_type, ddl.schema, ddl.table)
-        schemas |= targets.schemas | {s for s, _ in targets.tables}
     except HostileDDL:
-        pass  # refused at decoding already; the token scan below still covers it
+        targets = None  # refused at decoding already; the token scan below still covers it
+    else:
+        for schema in targets.schemas:
+            named.setdefault(schema, set())
+        for schema, table in targets.tables:
+            named.setdefault(schema, set()).add(table)
     toks = [t for t in tokenize(ddl.query) if t.kind not in INSIGNIFICANT]
     for i in range(len(toks) - 2):
         a, dot, b = toks[i], toks[i + 1], toks[i + 2]
         if dot.kind == PUNCT and dot.text == "." and a.kind in (WORD, QIDENT) and b.kind in (WORD, QIDENT):
-            schemas.add(_ident(a.text))
-    return frozenset(s for s in schemas if s)
+            named.setdefault(_ident(a.text), set()).add(_ident(b.text))
+    whole = targets is None
+    return Scope(
+        {s: None if whole else frozenset(t for t in tables if t) for s, tables in named.items() if s},
+        ids=_moves_data(ddl.query),
+        rows=_empties_tables(ddl.query),
+    )
 
 
 def _ident(text: str) -> str:
@@ -176,7 +191,7 @@ class DDLExecutor:
 
     def _changes_since(self, conn: pymysql.connections.Connection, entry: JournalEntry) -> list[str]:
         before = Fingerprint.from_json(entry.catalogue)
-        now = self._catalogue.fingerprint(conn, before.schemas)
+        now = self._catalogue.fingerprint(conn, before.scope())
         changes = before.changes(now)
         if not changes and not (before.identity and now.identity) and _moves_data(entry.query):
             raise DDLUnsettled(
@@ -222,7 +237,7 @@ class DDLExecutor:
         ):
             took_effect = bool(self._changes_since(conn, entry))
         else:
-            before = self._catalogue.fingerprint(conn, touched_schemas(target))
+            before = self._catalogue.fingerprint(conn, touched(target))
             if not before.identity and not self._warned_identity:
                 self._warned_identity = True
                 self.log.warning(
@@ -233,6 +248,9 @@ class DDLExecutor:
                 self._store.fence(cur, self._owner)
                 self._store.begin_ddl(cur, **ddl_fields(ddl), catalogue=before.to_json())
             conn.commit()
+            self.log.info(
+                "DDL started", ts=ddl.commit_ts, schema=ddl.schema, table=ddl.table, query=_short(ddl.query)
+            )
         note = "took effect before it was recorded" if took_effect else self._run(conn, target, plan)
         self._finish(conn, ddl, bookkeeping)
         return DDLOutcome(plan, note)
@@ -290,9 +308,16 @@ def _short(query: str, n: int = 200) -> str:
 
 
 def _moves_data(query: str) -> bool:
-    """Statements whose effect can be invisible in the table definitions: only table ids tell."""
-    words = {t.upper for t in tokenize(query) if t.kind == WORD}
-    return "EXCHANGE" in words or "RENAME" in words
+    """Statements whose effect the table definitions do not show and that must not run twice:
+    ``EXCHANGE PARTITION`` swaps the rows of two tables of one shape, a ``RENAME`` of several tables
+    can swap their names. Only table ids tell."""
+    words = [t.upper for t in tokenize(query) if t.kind == WORD]
+    return "EXCHANGE" in words or ("RENAME" in words and words.count("TO") > 1)
+
+
+def _empties_tables(query: str) -> bool:
+    """``TRUNCATE`` leaves the definition as it was: whether its table still has rows tells."""
+    return "TRUNCATE" in {t.upper for t in tokenize(query) if t.kind == WORD}
 
 
 # -- "already there": what the catalogue must show ---------------------------------------------

@@ -688,6 +688,7 @@ class WindowApplier:
             self._maybe_committed = False  # the executor asks the journal and applied_ddl itself
             outcome[:] = [executor.apply(self.conn, ddl, bookkeeping)]
 
+        started = time.monotonic()
         try:
             self._retry(unit, window)
         except DDLFailed as exc:
@@ -704,6 +705,7 @@ class WindowApplier:
             reason=result.plan.reason,
             note=result.note or None,
             query=" ".join(ddl.query.split())[:200],
+            seconds=round(time.monotonic() - started, 3),
         )
 
 

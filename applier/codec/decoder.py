@@ -36,7 +36,7 @@ import from outside it: a pure function over tokens (:mod:`sqlgen.sqltokens`), n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import orjson
@@ -170,6 +170,19 @@ def _malformed(
     )
 
 
+@lru_cache(maxsize=2048)
+def _guard_verdict(
+    query: str, ddl_type: int, schema: str, table: str, reserved: frozenset[str]
+) -> str | None:
+    """Why the DDL guard refuses the event (None: it accepts it). TiCDC writes every DDL to each
+    partition of the topic: one reading of the text serves all its copies."""
+    try:
+        check_ddl(query, ddl_type, schema, table, reserved_schemas=reserved)
+    except HostileDDL as e:
+        return str(e)
+    return None
+
+
 def _careful_event(
     kdoc: bytes,
     vdoc: Any,
@@ -250,10 +263,9 @@ def _careful_event(
             ddl_type = val.get("t", 0)
             if type(ddl_type) is not int:
                 raise Problem("DDL type t is not an integer")
-            try:
-                check_ddl(query, ddl_type, scm, tbl, reserved_schemas=reserved)
-            except HostileDDL as e:
-                raise Problem(f"DDL text does not match its event: {e}", query) from None
+            refused = _guard_verdict(query, ddl_type, scm, tbl, reserved)
+            if refused is not None:
+                raise Problem(f"DDL text does not match its event: {refused}", query)
             return DDLEvent(ts, scm, tbl, query, ddl_type, pos)
         raise Problem(f"unknown event kind t={kind!r}")
     except Problem as e:

@@ -74,8 +74,9 @@ def collect(cfg: Any, *, now: float | None = None) -> dict[str, Any]:
         item["checkpoint_time"] = tso_wall_time(item["effective_ts"])
     for item in report["partitions"]:
         item["resolved_time"] = tso_wall_time(item["resolved_ts"])
-    if report.get("last_ddl"):
-        report["last_ddl"]["commit_time"] = tso_wall_time(report["last_ddl"]["commit_ts"])
+    for key in ("last_ddl", "ddl_in_progress"):
+        if report.get(key):
+            report[key]["commit_time"] = tso_wall_time(report[key]["commit_ts"])
     return report
 
 
@@ -126,11 +127,22 @@ def render_text(report: dict[str, Any], out: TextIO) -> None:
     w(f"\nDDLs recorded:   {report['applied_ddls']} (older than the newest 100 are pruned)\n")
     last = report.get("last_ddl")
     if last:
-        query = " ".join(str(last["query"]).split())
-        if len(query) > 120:
-            query = query[:117] + "..."
-        where = f"{last['schema']}.{last['table']}"
-        w(f"last DDL:        {last['commit_ts']} {last['commit_time']} {where}: {query}\n")
+        w(f"last DDL:        {last['commit_ts']} {last['commit_time']} {_ddl_line(last)}\n")
+    pending = report.get("ddl_in_progress")
+    if pending:
+        w(
+            f"DDL in progress: {pending['commit_ts']} {_ddl_line(pending)}; started {pending['started_at']}, "
+            f"{pending['elapsed_seconds']:.1f}s ago"
+            + ("" if report["running"] else " (no instance runs: the next start settles it)")
+            + "\n"
+        )
+
+
+def _ddl_line(ddl: dict[str, Any]) -> str:
+    query = " ".join(str(ddl["query"]).split())
+    if len(query) > 120:
+        query = query[:117] + "..."
+    return f"{ddl['schema']}.{ddl['table']}: {query}"
 
 
 def run_status(cfg: Any, *, as_json: bool = False, out: TextIO | None = None) -> int:

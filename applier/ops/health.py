@@ -129,7 +129,8 @@ class Health(Observer):
     def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:
         now = self._clock()
         self.last_tick = now
-        self.applying_since = None  # a tick happens between applies, never during one
+        # applying_since stays: the loop ticks while a window is applied on the apply thread, and a
+        # long statement (an index built on a big table) is the daemon at work, not a stall.
         self.kafka_unreachable_since = reader.unreachable_since
         self.kafka_error = reader.last_kafka_error
         if progressed or reader.all_at_end():

@@ -30,6 +30,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from applier import __version__
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
     from applier.stream.barrier import Barrier
+    from applier.stream.window import Window
 
 STATES = ("starting", "standby", "active", "stopping", "failed")
 
@@ -86,6 +88,7 @@ class MetricsObserver(Observer):
         self._waits_counted: set[int] = set()  # StatementWait.seq of the waits counted and still on
         self._checkpoint_ts = 0
         self._kafka_unreachable_since: float | None = None  # monotonic, from the reader
+        self._ddl: tuple[Window, float] | None = None  # the DDL window being applied, since (monotonic)
         self._label: Callable[[int], str] = str  # a partition's label, from the reader
         self._last_refresh = -1e18
         r = self.registry
@@ -205,6 +208,11 @@ class MetricsObserver(Observer):
         gauge(
             "applier_kafka_unreachable_seconds", "How long no Kafka broker has been reachable (0: one is)."
         ).set_function(self._kafka_unreachable)
+        gauge(
+            "applier_ddl_in_progress_seconds",
+            "How long the DDL being applied has run (0: none runs); which one: applier_ddl_in_progress_info.",
+        ).set_function(self._ddl_seconds)
+        r.register(_DDLInProgress(self))
         self.errors = counter("applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"])
         self.last_progress = gauge(
             "applier_last_progress_timestamp_seconds", "Unix time of the last record read or window applied."
@@ -231,6 +239,9 @@ class MetricsObserver(Observer):
         since = self._kafka_unreachable_since
         return 0.0 if since is None else self._monotonic() - since
 
+    def _ddl_seconds(self) -> float:
+        return 0.0 if self._ddl is None else self._monotonic() - self._ddl[1]
+
     def _set_checkpoint(self, ts: int) -> None:
         if ts > self._checkpoint_ts:
             self._checkpoint_ts = ts
@@ -249,8 +260,12 @@ class MetricsObserver(Observer):
         self.ready.set(1)
         self._failing_since = None  # transient errors of the start-up are over
 
+    def on_apply_start(self, window: Window) -> None:
+        self._ddl = None if window.ddl is None else (window, self._monotonic())
+
     def on_window(self, applied: WindowApplied) -> None:
         window, rows = applied.window, applied.rows
+        self._ddl = None
         self.transactions.inc()
         self.batch_seconds.observe(applied.seconds)
         if window.ddl is not None:
@@ -307,3 +322,30 @@ class MetricsObserver(Observer):
                 self.partition_read_offset.labels(label).set(lst.last_offset)
             self.partition_cached_bytes.labels(label).set(lst.cached_bytes)
             self.partition_paused.labels(label).set(1 if p in paused else 0)
+
+
+class _DDLInProgress:
+    """``applier_ddl_in_progress_info``: the DDL being applied (schema, table, commit ts; 1 while
+    it runs, no series otherwise), beside ``applier_ddl_in_progress_seconds``."""
+
+    def __init__(self, metrics: MetricsObserver) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list:
+        return [self._family()]
+
+    def collect(self) -> list:
+        family = self._family()
+        current = self._metrics._ddl
+        if current is not None and current[0].ddl is not None:
+            ddl = current[0].ddl
+            family.add_metric([ddl.schema, ddl.table, str(ddl.commit_ts)], 1)
+        return [family]
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "applier_ddl_in_progress_info",
+            "The DDL being applied: its schema, table and commit ts (1 while it runs).",
+            labels=["schema", "table", "commit_ts"],
+        )

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from applier.codec._fastpath import compact_image
 from applier.codec.events import (
@@ -327,6 +328,7 @@ class PartitionListener:
         self._cum_base = 0
         self._stale: int | None = None
         self._pending: dict[DDLKey, _Pending] = {}  # arrival order == offset order
+        self._pending_keys: list[DDLKey] = []  # the same keys in ts order: the oldest go first
         # Rule 4: digests of records holding keyless rows without rid above the resolved ts ->
         # their highest such ts.
         self._keyless_records: dict[bytes, int] = {}
@@ -362,7 +364,7 @@ class PartitionListener:
         return key in self._pending
 
     def min_pending_ddl_ts(self) -> int | None:
-        return min((k[0] for k in self._pending), default=None)
+        return self._pending_keys[0][0] if self._pending_keys else None
 
     def cached_ts_upto(self, ts: int) -> list[int]:
         """Distinct commit ts of cached rows that are <= ``ts``, ascending."""
@@ -709,6 +711,7 @@ class PartitionListener:
             self.stats.ddls_dropped += 1
             return
         self._pending[key] = _Pending(ddl, offset)
+        insort(self._pending_keys, key)
         self.stats.ddls_queued += 1
 
     # ------------------------------------------------------------------ resume offsets
@@ -776,8 +779,18 @@ class PartitionListener:
             self._cum_base = self._cum[cut - 1]
             del ts_sorted[:cut]
             del self._cum[:cut]
-        for key in [k for k in self._pending if k == applied_ddl or self._progress.is_ddl_applied(k)]:
+        # Applied: at or below the applied ts, or one of the few applied above it. Found through
+        # the ts order, not by asking about every pending DDL: thousands can wait (one per CREATE
+        # TABLE of a new schema's tables), and this runs once per window.
+        keys = self._pending_keys
+        cut = bisect_right(keys, g, key=itemgetter(0))
+        for key in keys[:cut]:
             del self._pending[key]
+        del keys[:cut]
+        for key in self._progress.applied_ddls | {applied_ddl}:
+            if key in self._pending:
+                del self._pending[key]
+                keys.remove(key)
         self._versions.forget_upto(g)
         # Resolved-log entries before the one in force at the oldest unapplied record are never
         # needed again: that offset only grows.

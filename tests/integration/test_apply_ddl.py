@@ -6,11 +6,13 @@ effect: a pre-existing table of another shape makes ``CREATE TABLE`` fail for go
 
 from __future__ import annotations
 
+import json
+
 import pymysql
 import pytest
 
-from applier.apply.catalogue import Catalogue
-from applier.apply.ddl import DDLExecutor, DDLFailed, touched_schemas
+from applier.apply.catalogue import Catalogue, Fingerprint, Scope
+from applier.apply.ddl import DDLExecutor, DDLFailed, touched
 from applier.codec.events import DDLEvent
 from applier.downstream.lock import ActiveLock
 from applier.downstream.session import connect
@@ -112,22 +114,77 @@ def test_fingerprint_sees_truncate_and_exchange(env) -> None:
         )
         cur.execute("CREATE TABLE n (a INT PRIMARY KEY)")
     cat = Catalogue(MARIADB)
-    before = cat.fingerprint(conn, [db])
-    assert before.identity
-    assert before.changes(cat.fingerprint(conn, [db])) == []
+    for scope in (Scope({db: None}, ids=True), Scope({db: frozenset({"p", "n"})}, ids=True)):
+        before = cat.fingerprint(conn, scope)
+        assert before.identity
+        assert before.changes(cat.fingerprint(conn, scope)) == []
+        with admin.cursor() as cur:
+            cur.execute("ALTER TABLE p EXCHANGE PARTITION p1 WITH TABLE n")
+        swapped = cat.fingerprint(conn, scope)
+        assert before.changes(swapped) == [f"{db}: data (table or partition ids)"]
+        with admin.cursor() as cur:
+            cur.execute("TRUNCATE TABLE n")
+        assert swapped.changes(cat.fingerprint(conn, scope)) != []
+
+
+def test_a_fingerprint_of_a_truncate_sees_the_table_emptied(env) -> None:
+    db, conn, _, admin, _ = env
     with admin.cursor() as cur:
-        cur.execute("ALTER TABLE p EXCHANGE PARTITION p1 WITH TABLE n")
-    swapped = cat.fingerprint(conn, [db])
-    assert before.changes(swapped) == [f"{db}: data (table or partition ids)"]
+        cur.execute("CREATE TABLE t (a INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES (1)")
+    cat = Catalogue(MARIADB)
+    scope = Scope({db: frozenset({"t"})}, rows=True)
+    before = Fingerprint.from_json(cat.fingerprint(conn, scope).to_json())
+    assert before.scope() == scope and before.changes(cat.fingerprint(conn, scope)) == []
     with admin.cursor() as cur:
-        cur.execute("TRUNCATE TABLE n")
-    assert swapped.changes(cat.fingerprint(conn, [db])) != []
+        cur.execute("TRUNCATE TABLE t")
+    assert before.changes(cat.fingerprint(conn, scope)) == [f"{db}.t: emptied"]
+
+
+def test_a_fingerprint_reads_only_the_tables_it_names(env) -> None:
+    """A DDL's cost does not grow with its schema: the other tables are not read, and a named
+    table that does not exist is recorded as absent (its creation is then a change)."""
+    db, conn, _, admin, _ = env
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (a INT PRIMARY KEY)")
+        cur.execute("CREATE TABLE other (a INT PRIMARY KEY)")
+    cat = Catalogue(MARIADB)
+    scope = Scope({db: frozenset({"t", "new"})})
+    before = cat.fingerprint(conn, scope)
+    assert set(before.schemas[db]["tables"]) == {"t"} and before.schemas[db]["ids"] == ""
+    with admin.cursor() as cur:
+        cur.execute("ALTER TABLE other ADD COLUMN b INT")
+    assert before.changes(cat.fingerprint(conn, scope)) == []
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE new (a INT PRIMARY KEY)")
+        cur.execute("ALTER TABLE t ADD INDEX ia (a)")
+    after = Fingerprint.from_json(before.to_json())  # as the journal keeps it
+    assert after.scope() == scope
+    assert after.changes(cat.fingerprint(conn, after.scope())) == [
+        f"{db}.new: created",
+        f"{db}.t: definition",
+    ]
+
+
+def test_a_journal_row_of_whole_schemas_is_read_as_it_was_written(env) -> None:
+    """A fingerprint journaled before scopes existed (whole schemas, ids): the same is read again."""
+    db, conn, _, admin, _ = env
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (a INT PRIMARY KEY)")
+    old = Catalogue(MARIADB).fingerprint(conn, Scope({db: None}, ids=True))
+    data = json.loads(old.to_json())
+    del data["ids"]
+    journaled = Fingerprint.from_json(json.dumps(data))
+    assert journaled.scope() == Scope({db: None}, ids=True)
+    with admin.cursor() as cur:
+        cur.execute("TRUNCATE TABLE t")
+    assert journaled.changes(Catalogue(MARIADB).fingerprint(conn, journaled.scope())) != []
 
 
 def test_a_journaled_ddl_that_did_not_run_runs_on_retry(env) -> None:
     db, conn, executor, admin, store = env
     ddl = ddl_event(100, "CREATE TABLE t (a INT PRIMARY KEY)", "t", schema=db, ddl_type=3)
-    fp = Catalogue(MARIADB).fingerprint(conn, touched_schemas(ddl))
+    fp = Catalogue(MARIADB).fingerprint(conn, touched(ddl))
     with conn.cursor() as cur:
         store.begin_ddl(
             cur, commit_ts=100, schema=db, table="t", ddl_type=3, query=ddl.query, catalogue=fp.to_json()
@@ -139,15 +196,19 @@ def test_a_journaled_ddl_that_did_not_run_runs_on_retry(env) -> None:
         assert cur.fetchall() == (("t",),)
 
 
-def test_touched_schemas() -> None:
-    assert touched_schemas(ddl_event(100, "RENAME TABLE t TO `b``x`.t2", "t", schema="a", ddl_type=14)) == {
-        "a",
-        "b`x",
-    }
-    assert touched_schemas(
-        ddl_event(100, "ALTER TABLE t EXCHANGE PARTITION p WITH TABLE o.n", "t", schema="a", ddl_type=42)
-    ) == {
-        "a",
-        "o",
-    }
-    assert touched_schemas(ddl_event(100, "CREATE DATABASE a", "", schema="a", ddl_type=1)) == {"a"}
+def test_touched_names_the_objects_a_ddl_may_change() -> None:
+    def scope(query: str, table: str, schema: str, ddl_type: int) -> Scope:
+        return touched(ddl_event(100, query, table, schema=schema, ddl_type=ddl_type))
+
+    assert scope("RENAME TABLE t TO `b``x`.t2", "t", "a", 14) == Scope(
+        {"a": frozenset({"t"}), "b`x": frozenset({"t2"})}
+    )  # the definitions show it: t gone, t2 there
+    assert scope("RENAME TABLE t TO x, u TO t, x TO u", "t", "a", 47).ids  # a swap: only ids show it
+    assert scope("ALTER TABLE t EXCHANGE PARTITION p WITH TABLE o.n", "t", "a", 42) == Scope(
+        {"a": frozenset({"t"}), "o": frozenset({"n"})}, ids=True
+    )
+    assert scope("CREATE DATABASE a", "", "a", 1) == Scope({"a": frozenset()})
+    assert scope("ALTER TABLE t ADD INDEX i (c)", "t", "a", 7) == Scope({"a": frozenset({"t"})})
+    assert scope("TRUNCATE TABLE t", "t", "a", 11) == Scope({"a": frozenset({"t"})}, rows=True)
+    # a text the guard cannot read: whole schemas, every one the text qualifies a name with
+    assert scope("GRANT ALL ON x.y TO u", "t", "a", 3) == Scope({"a": None, "x": None})

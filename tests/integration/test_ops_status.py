@@ -6,13 +6,17 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 
+import pymysql
 import pytest
 
 from applier.codec.events import tso_physical_ms
+from applier.kafka.embedded_broker import create_topic
 from applier.simulator import StreamConfig, produce_simulation, simulate
-from tests.integration.harness import Changefeed, stop
+from tests.integration.ddl_script import Script
+from tests.integration.harness import Changefeed, read_log, stop
 from tests.integration.ops_support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -114,3 +118,55 @@ def test_status_of_an_unreachable_database_is_one_clear_line(feed: Changefeed) -
     assert out.stderr.startswith("applier status: cannot reach the downstream database")
     assert "hunter2-status" not in out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+
+
+INDEX_DDL = "ALTER TABLE t ADD INDEX ib (b)"
+
+
+def test_a_ddl_that_waits_shows_as_in_progress_until_it_is_recorded(feed: Changefeed, mariadb_params) -> None:
+    """An index DDL held back by another session's metadata lock: ``status`` shows it in
+    progress (statement, started, elapsed) while it waits, and as the last DDL once it ran."""
+    db = feed.new_schema("inprogress")
+    script = Script(partitions=1)
+    script.ddl(db, "", 1, f"CREATE DATABASE `{db}`")
+    script.ddl(db, "t", 3, "CREATE TABLE t (a BIGINT PRIMARY KEY, b BIGINT)")
+    script.rows(db, "t", insert=[{"a": 1, "b": 10}])
+    create_topic(feed.bootstrap, feed.topic, 1)
+    script.produce(feed.bootstrap, feed.topic)
+    done = feed.run_to_end()
+    assert done.returncode == 0, done.stdout + done.stderr
+    holder = pymysql.connect(**mariadb_params, autocommit=False)
+    proc = None
+    try:
+        with holder.cursor() as cur:
+            cur.execute(f"SELECT * FROM `{db}`.t")  # holds a metadata lock until the rollback
+        first = len(script.steps)
+        script.ddl(db, "t", 7, INDEX_DDL)
+        script.produce(feed.bootstrap, feed.topic, first)
+        proc = feed.start()
+
+        def in_progress() -> dict | None:
+            out = status(feed, "--json")
+            return json.loads(out.stdout).get("ddl_in_progress") if out.returncode == 0 else None
+
+        wait_until(lambda: in_progress() is not None, 60, "the DDL journaled", proc)
+        time.sleep(1.2)
+        doc = json.loads(status(feed, "--json").stdout)
+        pending = doc["ddl_in_progress"]
+        assert pending["query"] == INDEX_DDL and pending["table"] == "t"
+        assert pending["elapsed_seconds"] >= 1.0 and pending["started_at"].endswith("Z")
+        text = status(feed).stdout
+        assert (
+            f"DDL in progress: {pending['commit_ts']} {db}.t: ALTER TABLE t ADD INDEX ib (b); started" in text
+        )
+        holder.rollback()
+        wait_until(lambda: in_progress() is None, 60, "the DDL recorded", proc)
+        assert (
+            json.loads(status(feed, "--json").stdout)["last_ddl"]["query"] == "ALTER TABLE t ADD INDEX ib (b)"
+        )
+        log = read_log(proc)
+        assert "DDL started" in log and "DDL applied" in log, log
+    finally:
+        holder.close()
+        if proc is not None:
+            stop(proc, signal.SIGTERM)

@@ -119,8 +119,11 @@ def test_health_a_lock_wait_longer_than_stall_seconds_is_not_ready() -> None:
 def test_health_a_long_apply_is_alive_a_stuck_loop_is_not() -> None:
     clock = Clock()
     h = _applying(clock, stall_seconds=30, loop_timeout=10)
-    clock.now += 3600  # an ALTER TABLE running for an hour
+    for _ in range(360):  # an ALTER TABLE running for an hour on the apply thread; the loop ticks
+        clock.now += 10
+        h.on_tick(FakeBarrier(), FakeReader(), progressed=False)  # read-ahead full: nothing read
     assert h.alive().ok and h.alive().status == "applying" and h.waiting_healthily()
+    assert h.ready().ok
     h.on_window(WindowApplied(window(TS), 3600, {}))
     h.on_tick(FakeBarrier(), FakeReader(), progressed=True)
     clock.now += 11

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from applier.downstream.watch import StatementWait
 from applier.ops.metrics import MetricsObserver, tso_seconds
 from applier.ops.observer import WindowApplied
+from tests.builders import ddl_event
 from tests.unit.ops_fakes import TS, Clock, FakeBarrier, FakeListener, FakeReader, window
 
 
@@ -169,3 +170,22 @@ def test_ready_to_commit_histogram_observes_the_applier_s_own_share_of_row_windo
     assert (count, le["0.15"], le["0.5"]) == (2, 1, 2)
     assert total == pytest.approx(0.52)
     assert _histogram(m, "applier_commit_lag_seconds")[0] == 3  # the commit lag counts every row window
+
+
+def test_a_ddl_being_applied_is_shown_with_its_table_and_how_long_it_has_run() -> None:
+    mono = Clock(100.0)
+    m = MetricsObserver(monotonic=mono, process_metrics=False)
+    assert _samples(m)[("applier_ddl_in_progress_seconds", ())] == 0
+    ddl = ddl_event(TS + 5, "ALTER TABLE t ADD INDEX i (a)", "t", schema="db", ddl_type=7)
+    m.on_apply_start(window(TS + 5, ddl=ddl))
+    mono.now += 20
+    s = _samples(m)
+    assert s[("applier_ddl_in_progress_seconds", ())] == 20  # evaluated at scrape time
+    labels = (("commit_ts", str(TS + 5)), ("schema", "db"), ("table", "t"))
+    assert s[("applier_ddl_in_progress_info", labels)] == 1
+    m.on_window(WindowApplied(window(TS + 5, ddl=ddl), 20.0, {}))
+    s = _samples(m)
+    assert s[("applier_ddl_in_progress_seconds", ())] == 0
+    assert not [k for k in s if k[0] == "applier_ddl_in_progress_info"]
+    m.on_apply_start(window(TS + 6))  # a row window: no DDL in progress
+    assert _samples(m)[("applier_ddl_in_progress_seconds", ())] == 0
