@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 
 import pymysql
 from _common import database_line, db_params, private_db_arguments, start_private_db
@@ -43,15 +44,26 @@ from sqlgen import MARIADB
 
 FILLER = "CREATE TABLE `{schema}`.`f{n}` (id BIGINT PRIMARY KEY, k INT, c VARCHAR(120), KEY kk (k))"
 
-# (kind, DDL type as TiDB numbers it, the table the event is keyed to, the statement); {c} and {r}:
-# the DDL's own table names (a table per DDL: c3, r3 through the executor, d3, q3 sent straight)
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of DDL measured: its DDL type as TiDB numbers it, the statement and the table its
+    event is keyed to, where ``{c}`` and ``{r}`` are the DDL's own table names (a table per DDL:
+    c3, r3 through the executor, d3, q3 sent straight)."""
+
+    name: str
+    ddl_type: int
+    query: str
+    table: str = "{c}"
+
+
 KINDS = [
-    ("CREATE TABLE", 3, "{c}", "CREATE TABLE {c} (id BIGINT PRIMARY KEY, k INT, c VARCHAR(120))"),
-    ("ADD COLUMN", 5, "{c}", "ALTER TABLE {c} ADD COLUMN extra INT"),
-    ("ADD INDEX", 7, "{c}", "ALTER TABLE {c} ADD INDEX ik (k)"),
-    ("TRUNCATE TABLE", 11, "{c}", "TRUNCATE TABLE {c}"),
-    ("RENAME TABLE", 14, "{r}", "RENAME TABLE {c} TO {r}"),
-    ("DROP TABLE", 4, "{r}", "DROP TABLE {r}"),
+    Kind("CREATE TABLE", 3, "CREATE TABLE {c} (id BIGINT PRIMARY KEY, k INT, c VARCHAR(120))"),
+    Kind("ADD COLUMN", 5, "ALTER TABLE {c} ADD COLUMN extra INT"),
+    Kind("ADD INDEX", 7, "ALTER TABLE {c} ADD INDEX ik (k)"),
+    Kind("TRUNCATE TABLE", 11, "TRUNCATE TABLE {c}"),
+    Kind("RENAME TABLE", 14, "RENAME TABLE {c} TO {r}", table="{r}"),
+    Kind("DROP TABLE", 4, "DROP TABLE {r}", table="{r}"),
 ]
 
 
@@ -95,27 +107,27 @@ def measure(url: str, schema: str, ddls: int, ts: int) -> tuple[Seconds, Seconds
     try:
         store.claim(conn, lock.owner_token)
         executor = DDLExecutor(store, MARIADB, lock, owner=lock.owner_token)
-        applied: Seconds = {kind: [] for kind, *_ in KINDS}
-        alone: Seconds = {kind: [] for kind, *_ in KINDS}
-        for kind, ddl_type, table, query in KINDS:
+        applied: Seconds = {k.name: [] for k in KINDS}
+        alone: Seconds = {k.name: [] for k in KINDS}
+        for k in KINDS:
             for i in range(ddls):
                 ts += 1
                 names = {"c": f"c{i}", "r": f"r{i}"}
                 event = DDLEvent(
                     ts,
                     schema,
-                    table.format(**names),
-                    query.format(**names),
-                    ddl_type,
+                    k.table.format(**names),
+                    k.query.format(**names),
+                    k.ddl_type,
                     Position("bench", 0, ts, 0),
                 )
                 started = time.perf_counter()
                 executor.apply(conn, event, lambda cur: None)
-                applied[kind].append(time.perf_counter() - started)
+                applied[k.name].append(time.perf_counter() - started)
                 started = time.perf_counter()
                 with raw.cursor() as cur:
-                    cur.execute(query.format(c=f"d{i}", r=f"q{i}"))
-                alone[kind].append(time.perf_counter() - started)
+                    cur.execute(k.query.format(c=f"d{i}", r=f"q{i}"))
+                alone[k.name].append(time.perf_counter() - started)
         return applied, alone
     finally:
         lock.release()
@@ -158,7 +170,7 @@ def main() -> int:
         print("median ms per DDL: through the applier's executor (the same statement sent alone)")
         print(f"{'':<18}" + "".join(f"{f'{t:,} tables':>22}" for t in args.tables)
               + "".join(f"{f'x at {t:,}':>12}" for t in args.tables[1:]))  # fmt: skip
-        for kind, *_ in KINDS:
+        for kind in (k.name for k in KINDS):
             row = "".join(f"{results[t][kind]:>13.1f} ({raw_ms[t][kind]:>5.1f})" for t in args.tables)
             ratios = "".join(f"{results[t][kind] / results[base][kind]:>11.2f}x" for t in args.tables[1:])
             print(f"{kind:<18}{row}{ratios}")

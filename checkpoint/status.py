@@ -31,6 +31,17 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat() + "Z"
 
 
+def _ddl(row: tuple) -> dict[str, Any]:
+    """The event of a DDL row: commit ts, schema, table, DDL type and query, its first columns."""
+    return {
+        "commit_ts": int(row[0]),
+        "schema": row[1],
+        "table": row[2],
+        "ddl_type": int(row[3]),
+        "query": row[4],
+    }
+
+
 _MISSING_CODES: Final = (1049, 1146)  # unknown database, table doesn't exist
 
 
@@ -131,14 +142,7 @@ def status_report(
             )
             last = cur.fetchone()
             if last is not None:
-                report["last_ddl"] = {
-                    "commit_ts": int(last[0]),
-                    "schema": last[1],
-                    "table": last[2],
-                    "ddl_type": int(last[3]),
-                    "query": last[4],
-                    "applied_at": _iso(last[5]),
-                }
+                report["last_ddl"] = {**_ddl(last), "applied_at": _iso(last[5])}
             # The journal row lives from just before a DDL runs until it is recorded: a DDL
             # running now, or one a crash interrupted (the next start settles it). The server's
             # clock times it, as it wrote started_at.
@@ -151,11 +155,7 @@ def status_report(
             pending = cur.fetchone()
             if pending is not None:
                 report["ddl_in_progress"] = {
-                    "commit_ts": int(pending[0]),
-                    "schema": pending[1],
-                    "table": pending[2],
-                    "ddl_type": int(pending[3]),
-                    "query": pending[4],
+                    **_ddl(pending),
                     "started_at": _iso(pending[5]),
                     "elapsed_seconds": round(int(pending[6]) / 1e6, 1),
                 }
