@@ -19,11 +19,7 @@ from applier.kafka.embedded_broker import EmbeddedBroker, create_topic, start_br
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` first (otherwise in file order): `make test` runs the suite on several
     workers (pytest-xdist), which take the long tests while the many short ones fill in behind
-    them, so that no long test starts last and runs alone.
-
-    The catch-up tests are in two groups (``xdist_group("spark-a")``, ``"spark-b"``), each run by
-    one worker: their Spark JVMs use both cores while they start, and more than two at once slow
-    each other down without finishing sooner (a worker also keeps its in-process Spark session)."""
+    them, so that no long test starts last and runs alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -24,7 +24,7 @@ from tests.integration.harness import Changefeed
 from tests.integration.spark_cluster import standalone_cluster
 from tests.integration.test_daemon_filter import filter_args
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark-a")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

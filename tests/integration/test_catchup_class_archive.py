@@ -14,7 +14,7 @@ import pytest
 from tests.integration.catchup_support import backlog_after_a_backup, start_catchup_process
 from tests.integration.harness import Changefeed, read_log
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark-b")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _run(feed: Changefeed, from_ts: int, directory: Path) -> str:

@@ -24,7 +24,7 @@ from tests.integration.catchup_support import (
 )
 from tests.integration.harness import Changefeed, read_log
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark-b")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _kill_at(proc, needle: str, timeout: float) -> str:

@@ -21,7 +21,7 @@ import pytest
 from tests.integration.catchup_support import backlog_after_a_backup, catchup_flags, class_archive_directory
 from tests.integration.harness import Changefeed
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark-b")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("applier", "sqlgen", "checkpoint")

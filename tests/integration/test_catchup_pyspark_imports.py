@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -42,9 +41,6 @@ class _WhereFromReader(DataSourceReader):
         import pyspark
 
         yield (partition.value, pyspark.__file__)
-
-
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark-a")]
 
 
 def test_planning_and_task_workers_import_pyspark_from_the_installation() -> None:

@@ -19,7 +19,7 @@ from tests.integration.catchup_support import restore_backup, run_catchup_here
 from tests.integration.harness import Changefeed
 from tests.integration.test_daemon_topics import dispatched
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark-b")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _stored(cf: Changefeed) -> tuple[str, dict[tuple[str, int], int]]:

@@ -21,7 +21,7 @@ from tests.integration.catchup_support import global_resolved_of, restore_backup
 from tests.integration.harness import Changefeed
 from tests.integration.test_large_messages_daemon import WIDE, expected_digests, large_stream, wide_digests
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark-a")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _sim(feed: Changefeed, seed: int, large: str, compression: str):

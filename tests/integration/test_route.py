@@ -95,7 +95,6 @@ def test_a_table_rule_wins_over_the_schema_rule(feed: Changefeed) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("spark-b")
 def test_a_routed_catch_up_hands_over_to_a_routed_daemon(feed: Changefeed) -> None:
     src, dst = feed.new_schema("src"), feed.new_schema("dst")
     cfg = StreamConfig(seed=33, partitions=3, transactions=240, schema=src)
