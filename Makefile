@@ -68,7 +68,7 @@ lint: $(BIN)/.installed-test
 # The suite runs on TEST_WORKERS workers (pytest-xdist): most tests wait on the broker, the database or
 # a daemon they started, not on the CPU. Each test has its own schemas, topics and ports; a module that
 # must stay on one worker (one private server for its tests) says so with pytest.mark.xdist_group.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 
 test: $(BIN)/.installed-test tools services lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25

@@ -15,14 +15,6 @@ import pytest
 
 from applier.kafka.embedded_broker import EmbeddedBroker, create_topic, start_broker
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` first (otherwise in file order): `make test` runs the suite on several
-    workers (pytest-xdist), which take the long tests while the many short ones fill in behind
-    them, so that no long test starts last and runs alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 MARIADB_URL = os.environ.get("APPLIER_TEST_DOWNSTREAM", "mysql://root@127.0.0.1:3306/")
 
 
