@@ -39,6 +39,7 @@ from applier.downstream.errors import TRANSIENT_CLASSES, retry_class
 from applier.ops.observer import Observer, WindowApplied
 
 if TYPE_CHECKING:
+    from applier.codec.events import DDLEvent
     from applier.downstream.watch import StatementWait
     from applier.kafka.reader import PartitionReader
     from applier.stream.barrier import Barrier
@@ -88,7 +89,7 @@ class MetricsObserver(Observer):
         self._waits_counted: set[int] = set()  # StatementWait.seq of the waits counted and still on
         self._checkpoint_ts = 0
         self._kafka_unreachable_since: float | None = None  # monotonic, from the reader
-        self._ddl: tuple[Window, float] | None = None  # the DDL window being applied, since (monotonic)
+        self._ddl: tuple[DDLEvent, float] | None = None  # the DDL being applied, since (monotonic)
         self._label: Callable[[int], str] = str  # a partition's label, from the reader
         self._last_refresh = -1e18
         r = self.registry
@@ -212,7 +213,7 @@ class MetricsObserver(Observer):
             "applier_ddl_in_progress_seconds",
             "How long the DDL being applied has run (0: none runs); which one: applier_ddl_in_progress_info.",
         ).set_function(self._ddl_seconds)
-        r.register(_DDLInProgress(self))
+        r.register(_DDLInProgress(lambda: None if self._ddl is None else self._ddl[0]))
         self.errors = counter("applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"])
         self.last_progress = gauge(
             "applier_last_progress_timestamp_seconds", "Unix time of the last record read or window applied."
@@ -261,7 +262,7 @@ class MetricsObserver(Observer):
         self._failing_since = None  # transient errors of the start-up are over
 
     def on_apply_start(self, window: Window) -> None:
-        self._ddl = None if window.ddl is None else (window, self._monotonic())
+        self._ddl = None if window.ddl is None else (window.ddl, self._monotonic())
 
     def on_window(self, applied: WindowApplied) -> None:
         window, rows = applied.window, applied.rows
@@ -328,17 +329,16 @@ class _DDLInProgress:
     """``applier_ddl_in_progress_info``: the DDL being applied (schema, table, commit ts; 1 while
     it runs, no series otherwise), beside ``applier_ddl_in_progress_seconds``."""
 
-    def __init__(self, metrics: MetricsObserver) -> None:
-        self._metrics = metrics
+    def __init__(self, current: Callable[[], DDLEvent | None]) -> None:
+        self._current = current
 
     def describe(self) -> list:
         return [self._family()]
 
     def collect(self) -> list:
         family = self._family()
-        current = self._metrics._ddl
-        if current is not None and current[0].ddl is not None:
-            ddl = current[0].ddl
+        ddl = self._current()
+        if ddl is not None:
             family.add_metric([ddl.schema, ddl.table, str(ddl.commit_ts)], 1)
         return [family]
 
