@@ -183,15 +183,22 @@ def _start(base: Path, server_options: list[str], install_options: tuple[str, ..
     install = _binary("mariadb-install-db", "/usr/bin/mariadb-install-db", "mysql_install_db")
     mariadbd = _binary("mariadbd", "/usr/sbin/mariadbd", "/usr/sbin/mysqld")
     as_root = ["--user=root"] if os.geteuid() == 0 else []
-    subprocess.run(
-        [install, "--no-defaults", f"--datadir={datadir}", *as_root,
+    # a tmpdir of its own: servers bootstrapped side by side (pytest-xdist workers) in the shared
+    # /tmp collide on their internal temporary tables' names and the install fails
+    tmpdir = base / "tmp"
+    tmpdir.mkdir(exist_ok=True)
+    installed = subprocess.run(
+        [install, "--no-defaults", f"--datadir={datadir}", f"--tmpdir={tmpdir}", *as_root,
          "--auth-root-authentication-method=normal", "--skip-test-db", *install_options],
-        check=True, capture_output=True, timeout=120,
+        capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+    if installed.returncode != 0:
+        output = installed.stdout + installed.stderr
+        raise AssertionError(f"{install} failed (exit {installed.returncode}):\n{output}")
     port = free_port()
     command = [
         mariadbd, "--no-defaults", f"--datadir={datadir}", *as_root,
-        f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}",
+        f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}", f"--tmpdir={tmpdir}",
         f"--pid-file={base / 'mysqld.pid'}", f"--log-error={base / 'error.log'}",
         "--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--max-connections=50",
         *server_options,  # last: the caller's options win over the defaults above
