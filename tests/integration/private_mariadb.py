@@ -198,8 +198,8 @@ def _start(base: Path, server_options: list[str], install_options: tuple[str, ..
     port = free_port()
     command = [
         mariadbd, "--no-defaults", f"--datadir={datadir}", *as_root,
-        f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}", f"--tmpdir={tmpdir}",
-        f"--pid-file={base / 'mysqld.pid'}", f"--log-error={base / 'error.log'}",
+        f"--port={port}", "--bind-address=127.0.0.1", f"--socket={base / 'mysqld.sock'}",
+        f"--pid-file={base / 'mysqld.pid'}", f"--log-error={base / 'error.log'}", f"--tmpdir={tmpdir}",
         "--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--max-connections=50",
         *server_options,  # last: the caller's options win over the defaults above
     ]  # fmt: skip
