@@ -28,7 +28,7 @@ import pymysql
 from applier.errors import FatalError
 from sqlgen.quoting import quote_ident
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 DEFAULT_SCHEMA: Final = "ticdc_applier"
 
 NAME_MAX_CHARS: Final = 255
@@ -70,6 +70,14 @@ _DDL_JOURNAL: Final = _create_table(
     "`changefeed`",
 )
 
+_DDL_ONLINE: Final = _create_table(
+    "ddl_online",
+    _DDL_COLUMNS
+    + "  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: catalogue before',\n"
+    "  `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',\n",
+    "`changefeed`, `commit_ts`, `query_digest`",
+)
+
 TABLES: Final[dict[str, str]] = {
     "schema_version": _create_table(
         "schema_version",
@@ -109,12 +117,16 @@ TABLES: Final[dict[str, str]] = {
     # The DDL being executed (at most one per changefeed): written and committed before the DDL
     # runs, deleted in the transaction that records it (applier/apply/ddl.py says why).
     "ddl_journal": _DDL_JOURNAL,
+    # DDLs recorded as applied that run beside the stream (index builds, applier/apply/online_ddl.py):
+    # a row from the transaction that records one until it has taken effect.
+    "ddl_online": _DDL_ONLINE,
 }
 
 # version N -> statements that upgrade a version-N layout to N + 1 ({s}/{c} formatted as above).
 # Each statement must be idempotent: two instances starting together may both run it.
 MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: (_DDL_JOURNAL,),  # version 2: the DDL journal
+    2: (_DDL_ONLINE,),  # version 3: DDLs that run beside the stream
 }
 
 

@@ -75,6 +75,7 @@ def status_report(
         "applied_ddls": 0,
         "last_ddl": None,
         "ddl_in_progress": None,
+        "ddls_online": [],
     }
     try:
         with conn.cursor() as cur:
@@ -159,6 +160,17 @@ def status_report(
                     "started_at": _iso(pending[5]),
                     "elapsed_seconds": round(int(pending[6]) / 1e6, 1),
                 }
+            # Index DDLs recorded as applied that still build beside the stream (oldest first).
+            cur.execute(
+                "SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `started_at`, "
+                "TIMESTAMPDIFF(MICROSECOND, `started_at`, UTC_TIMESTAMP(6)) "
+                f"FROM {q}.`ddl_online` WHERE `changefeed` = %s ORDER BY `commit_ts`",
+                (changefeed,),
+            )
+            report["ddls_online"] = [
+                {**_ddl(r), "started_at": _iso(r[5]), "elapsed_seconds": round(int(r[6]) / 1e6, 1)}
+                for r in cur.fetchall()
+            ]
     except pymysql.err.MySQLError as exc:
         if exc.args and exc.args[0] in _MISSING_CODES:
             return report

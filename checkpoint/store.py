@@ -531,11 +531,44 @@ class CheckpointStore:
         """Remove the journal entry, in the transaction that records the DDL (or settles it)."""
         cur.execute(f"DELETE FROM {self._t('ddl_journal')} WHERE `changefeed` = %s", (self.changefeed,))
 
+    # -- DDLs that run beside the stream (applier/apply/online_ddl.py) ---------------------------
+
+    def begin_online_ddl(
+        self, cur: pymysql.cursors.Cursor, *, catalogue: str, **ddl: Unpack[DDLFields]
+    ) -> None:
+        """Journal a DDL that runs beside the stream, in the transaction that records it as applied;
+        the row stays until the DDL has taken effect (:meth:`end_online_ddl`)."""
+        cur.execute(
+            f"INSERT INTO {self._t('ddl_online')} (`changefeed`, `commit_ts`, `query_digest`, "
+            "`schema_name`, `table_name`, `ddl_type`, `query`, `catalogue`, `started_at`) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, UTC_TIMESTAMP(6)) "
+            "ON DUPLICATE KEY UPDATE `query_digest` = `query_digest`",
+            (*self._ddl_row(ddl), catalogue),
+        )
+
+    def online_ddls(self, cur: pymysql.cursors.Cursor) -> list[JournalEntry]:
+        """The DDLs recorded as applied that have not taken effect yet, oldest first."""
+        cur.execute(
+            f"SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `catalogue` "
+            f"FROM {self._t('ddl_online')} WHERE `changefeed` = %s ORDER BY `commit_ts`",
+            (self.changefeed,),
+        )
+        return [JournalEntry(int(r[0]), r[1], r[2], int(r[3]), r[4], r[5]) for r in cur.fetchall()]
+
+    def end_online_ddl(self, cur: pymysql.cursors.Cursor, commit_ts: int, query: str) -> None:
+        """Forget a DDL that runs beside the stream once it has taken effect."""
+        cur.execute(
+            f"DELETE FROM {self._t('ddl_online')} WHERE `changefeed` = %s AND `commit_ts` = %s "
+            "AND `query_digest` = %s",
+            (self.changefeed, _check_ts("commit_ts", commit_ts), ddl_digest(query)),
+        )
+
     # -- operator actions ---------------------------------------------------------------------
 
     def reset(self, conn: pymysql.connections.Connection) -> None:
         """Forget everything about this changefeed (commits); other changefeeds are untouched."""
         with conn.cursor() as cur:
-            for table in ("table_checkpoint", "partition_offset", "applied_ddl", "ddl_journal", "changefeed"):
+            tables = ("table_checkpoint", "partition_offset", "applied_ddl", "ddl_journal", "ddl_online")
+            for table in (*tables, "changefeed"):
                 cur.execute(f"DELETE FROM {self._t(table)} WHERE `changefeed` = %s", (self.changefeed,))
         conn.commit()

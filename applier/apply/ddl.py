@@ -216,11 +216,7 @@ class DDLExecutor:
         With route rules the statement runs on the routed names (``target``: the catalogue is
         read, and the "already there" check made, under those), while the journal, ``applied_ddl``
         and the checkpoint keep the upstream event (:mod:`sqlgen.route`)."""
-        target = route_ddl(ddl, self._router)
-        plan = plan_ddl(target.query, target.ddl_type, target.schema, self._dialect)
-        skip = self._router.ddl_skip_reason(ddl.schema, drop_schema=ddl.ddl_type == DROP_SCHEMA_DDL_TYPE)
-        if skip:
-            plan = DDLPlan(False, "", None, skip)
+        target, plan = self._planned(ddl)
         with conn.cursor() as cur:
             recorded = self._store.ddl_recorded(cur, ddl.commit_ts, ddl.query)
             entry = self._store.pending_ddl(cur)
@@ -251,14 +247,92 @@ class DDLExecutor:
             self.log.info(
                 "DDL started", ts=ddl.commit_ts, schema=ddl.schema, table=ddl.table, query=_short(ddl.query)
             )
-        note = "took effect before it was recorded" if took_effect else self._run(conn, target, plan)
+        note = "took effect before it was recorded" if took_effect else self._run_fenced(conn, target, plan)
         self._finish(conn, ddl, bookkeeping)
         return DDLOutcome(plan, note)
 
-    def _run(self, conn: pymysql.connections.Connection, ddl: DDLEvent, plan: DDLPlan) -> str:
-        statements = plan.statements()
+    def record_online(
+        self,
+        conn: pymysql.connections.Connection,
+        ddl: DDLEvent,
+        bookkeeping: Callable[[pymysql.cursors.Cursor], None],
+    ) -> tuple[DDLOutcome, JournalEntry | None]:
+        """Record ``ddl`` as applied with the caller's checkpoint and journal it in ``ddl_online``,
+        in one transaction, without running it: :class:`applier.apply.online_ddl.OnlineDDLs` runs
+        the returned entry beside the stream (None: nothing to run, or recorded before, whose
+        journal row the caller resumes)."""
+        target, plan = self._planned(ddl)
+        with conn.cursor() as cur:
+            recorded = self._store.ddl_recorded(cur, ddl.commit_ts, ddl.query)
+        conn.rollback()
+        if recorded:
+            return DDLOutcome(plan, "recorded before"), None
+        if not plan.execute:
+            self._finish(conn, ddl, bookkeeping)
+            return DDLOutcome(plan), None
+        before = self._catalogue.fingerprint(conn, touched(target))
+        entry = JournalEntry(ddl.commit_ts, ddl.schema, ddl.table, ddl.ddl_type, ddl.query, before.to_json())
         try:
+            with conn.cursor() as cur:
+                self._store.fence(cur, self._owner)
+                self._store.begin_online_ddl(cur, catalogue=entry.catalogue, **ddl_fields(ddl))
+            self._finish(conn, ddl, bookkeeping)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            raise
+        return DDLOutcome(plan, "runs beside the stream"), entry
+
+    def run_online(self, conn: pymysql.connections.Connection, entry: JournalEntry) -> str:
+        """Run a DDL journaled by :meth:`record_online` on ``conn`` (a session of its own) unless the
+        catalogue shows it took effect since the journal, then forget its journal row; returns
+        how it ended. Nothing else changes its objects meanwhile: a DDL whose scope overlaps waits
+        for it (``OnlineDDLs.wait_for``), so a changed catalogue is its own effect."""
+        target, plan = self._planned(entry)
+        if self._changes_since(conn, entry):
+            note = "took effect before"
+        else:
+            self._lock.ensure_held()
+            note = self._run(conn, target, plan, lambda: _execute(conn, plan.statements()))
+        try:
+            with conn.cursor() as cur:
+                self._store.fence(cur, self._owner)
+                self._store.end_online_ddl(cur, entry.commit_ts, entry.query)
+            conn.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            raise
+        return note
+
+    def _planned(self, ddl: DDLEvent | JournalEntry) -> tuple[DDLEvent, DDLPlan]:
+        """The DDL as it runs downstream (routed) and what to do with it (skipped when the route
+        rules leave its schema out)."""
+        target = route_ddl(ddl, self._router)  # type: ignore[arg-type]
+        skip = self._router.ddl_skip_reason(ddl.schema, drop_schema=ddl.ddl_type == DROP_SCHEMA_DDL_TYPE)
+        if skip:
+            return target, DDLPlan(False, "", None, skip)
+        return target, plan_ddl(target.query, target.ddl_type, target.schema, self._dialect)
+
+    def _run_fenced(self, conn: pymysql.connections.Connection, ddl: DDLEvent, plan: DDLPlan) -> str:
+        statements = plan.statements()
+
+        def execute() -> None:
             self._lock.run_fenced(statements, on_start=lambda cid: self.on_statement(cid, statements[-1]))
+
+        return self._run(conn, ddl, plan, execute)
+
+    def _run(
+        self,
+        conn: pymysql.connections.Connection,
+        ddl: DDLEvent | JournalEntry,
+        plan: DDLPlan,
+        execute: Callable[[], None],
+    ) -> str:
+        """``execute`` the DDL's statements; an error that means "already there" is accepted only
+        when ``conn`` reads the DDL's effect in the catalogue, any other permanent one is DDLFailed."""
+        try:
+            execute()
         except pymysql.MySQLError as exc:
             code = error_code(exc)
             if is_transient(exc):
@@ -303,6 +377,12 @@ class DDLExecutor:
         self._store.record_ddl(cur, **ddl_fields(ddl))
 
 
+def _execute(conn: pymysql.connections.Connection, statements: list[str]) -> None:
+    with conn.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
+
+
 def _short(query: str, n: int = 200) -> str:
     return " ".join(query.split())[:n]
 
@@ -328,7 +408,7 @@ def _dropped(node: exp.Expression) -> list[exp.Expression]:
     return list(node.args.get("tables") or node.expressions or [])
 
 
-def confirmed_effect(conn: pymysql.connections.Connection, ddl: DDLEvent, sql: str) -> str:
+def confirmed_effect(conn: pymysql.connections.Connection, ddl: DDLEvent | JournalEntry, sql: str) -> str:
     """Why the catalogue shows ``ddl``'s effect already, or '' when it does not (or cannot tell).
 
     Checked: a created/dropped schema exists/is gone; a created table exists with the statement's
@@ -341,7 +421,7 @@ def confirmed_effect(conn: pymysql.connections.Connection, ddl: DDLEvent, sql: s
         conn.rollback()
 
 
-def _confirm(conn: pymysql.connections.Connection, ddl: DDLEvent, sql: str) -> str:
+def _confirm(conn: pymysql.connections.Connection, ddl: DDLEvent | JournalEntry, sql: str) -> str:
     with conn.cursor() as cur:
         if ddl.ddl_type in (1, 2):
             cur.execute(
@@ -408,6 +488,13 @@ def _confirm(conn: pymysql.connections.Connection, ddl: DDLEvent, sql: str) -> s
             if target is None or not index.name:
                 return ""
             return f"index {index.name} exists" if index.name.lower() in indexes(target) else ""
+        if isinstance(tree, exp.Drop) and str(tree.args.get("kind", "")).upper() == "INDEX":
+            on = tree.args.get("cluster")
+            target = table_of(on.this) if isinstance(on, exp.OnProperty) else None
+            names = [n.name.lower() for n in _dropped(tree)]
+            if target is None or not names or set(names) & indexes(target):
+                return ""
+            return f"index {', '.join(names)} gone"
         if isinstance(tree, exp.Alter):
             target = table_of(tree.this)
             if target is None:
@@ -433,6 +520,11 @@ def _confirm(conn: pymysql.connections.Connection, ddl: DDLEvent, sql: str) -> s
                         if present:
                             return ""
                         facts.append(f"{kind.lower()} {n.name} gone")
+                elif isinstance(action, exp.RenameIndex):
+                    old_name, new_name = action.this.name.lower(), action.args["to"].name.lower()
+                    if old_name in have_idx or new_name not in have_idx:
+                        return ""
+                    facts.append(f"index {action.this.name} renamed")
                 elif isinstance(action, exp.AddConstraint):
                     for c in action.expressions:
                         if isinstance(c, exp.PrimaryKey):

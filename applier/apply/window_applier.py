@@ -19,6 +19,7 @@ import pymysql
 
 from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
 from applier.apply.early import EarlyWriter, EarlyWrites
+from applier.apply.online_ddl import OnlineDDLs, runs_online
 from applier.apply.transaction import TransactionRunner
 from applier.apply.workers import MIN_ROWS, WorkerFailed, WorkerSessions
 from applier.codec.events import RowEvent, tso_physical_ms
@@ -207,6 +208,7 @@ class WindowApplier:
         *,
         hooks: ApplyHooks = ApplyHooks(),
         ddl_executor: DDLExecutor | None = None,
+        online_ddls: OnlineDDLs | None = None,
         watch: StatementWatch | None = None,
         backoff: Backoff | None = None,
     ) -> None:
@@ -221,6 +223,8 @@ class WindowApplier:
         self._ddl = ddl_executor
         if ddl_executor is not None:
             ddl_executor.on_statement = self.watch_also
+        self.online_ddls = online_ddls
+        """Index DDLs run beside the stream (applier.apply.online_ddl); None: every DDL in its window."""
         self._stop_requested = hooks.stop_requested
         self._notify_retry = hooks.on_retry
         self._before_commit = hooks.before_commit
@@ -443,6 +447,11 @@ class WindowApplier:
         window = prepared.window
         counts: dict[tuple[str, str, str], int] = {}
         self.early.window_started()
+        if self.online_ddls is not None:
+            try:
+                self.online_ddls.check()
+            except DDLFailed as exc:  # one beside the stream failed for good: the daemon stops
+                raise ApplyError(str(exc)) from None
         if window.ddl is not None:
             self._drop_early()  # the DDL runs on another session: no row lock of ours may wait for it
             self._apply_ddl(window)
@@ -678,7 +687,9 @@ class WindowApplier:
         if self._ddl is None:
             raise ApplyError("no DDL executor configured: cannot apply a DDL window")
         executor = self._ddl
+        online = self.online_ddls
         outcome: list[DDLOutcome] = []
+        beside = online is not None and runs_online(ddl)
 
         def bookkeeping(cur: pymysql.cursors.Cursor) -> None:
             self._write_checkpoint(cur, window)
@@ -686,7 +697,23 @@ class WindowApplier:
 
         def unit() -> None:
             self._maybe_committed = False  # the executor asks the journal and applied_ddl itself
-            outcome[:] = [executor.apply(self.conn, ddl, bookkeeping)]
+            if online is None:
+                outcome[:] = [executor.apply(self.conn, ddl, bookkeeping)]
+                return
+            # A DDL beside the stream that shares an object with this one finishes first: its
+            # journal decides from the catalogue, which nothing else may change meanwhile.
+            self.conn.rollback()  # no metadata lock of ours may be what that DDL waits for
+            if not online.wait_for(ddl, self._stop_requested):
+                raise Stopping()
+            if not beside:
+                outcome[:] = [executor.apply(self.conn, ddl, bookkeeping)]
+                return
+            result, entry = executor.record_online(self.conn, ddl, bookkeeping)
+            outcome[:] = [result]
+            if entry is not None:
+                online.start(entry)
+            elif result.note == "recorded before":  # its journal row, if any, runs now
+                online.resume(self.conn)
 
         started = time.monotonic()
         try:
@@ -697,7 +724,9 @@ class WindowApplier:
         self.stats.transactions += 1
         result = outcome[0]
         self.log.info(
-            "DDL applied" if result.plan.execute else "DDL skipped",
+            ("DDL recorded, running beside the stream" if beside else "DDL applied")
+            if result.plan.execute
+            else "DDL skipped",
             ts=ddl.commit_ts,
             schema=ddl.schema,
             table=ddl.table,

@@ -36,6 +36,7 @@ import pymysql
 
 from applier.apply.ddl import DDLExecutor
 from applier.apply.handoff import write_handoff
+from applier.apply.online_ddl import OnlineDDLs
 from applier.apply.startup import load_checkpoint, prepare_downstream
 from applier.apply.transaction import TransactionRunner
 from applier.catchup.class_archive import ClassArchive, class_archive
@@ -170,9 +171,18 @@ class CatchupJob:
         self.ddl_executor = DDLExecutor(
             self.store, self.dialect, self.lock, owner=self._owner(), router=self.router
         )
-        return load_checkpoint(
+        ckpt = load_checkpoint(
             self.downstream, self.store, self.ddl_executor, owner=self._owner(), topic=self.topic
         )
+        # Index DDLs a daemon left building beside the stream finish before the epochs: the
+        # catch-up runs every DDL in its place (applier.apply.online_ddl).
+        online = OnlineDDLs(self.downstream, self.store, self.ddl_executor, router=self.router)
+        try:
+            online.resume()
+            online.wait_for(None, lambda: False)
+        finally:
+            online.close()
+        return ckpt
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> Summary:

@@ -74,9 +74,9 @@ def collect(cfg: Any, *, now: float | None = None) -> dict[str, Any]:
         item["checkpoint_time"] = tso_wall_time(item["effective_ts"])
     for item in report["partitions"]:
         item["resolved_time"] = tso_wall_time(item["resolved_ts"])
-    for key in ("last_ddl", "ddl_in_progress"):
-        if report.get(key):
-            report[key]["commit_time"] = tso_wall_time(report[key]["commit_ts"])
+    for ddl in (report.get("last_ddl"), report.get("ddl_in_progress"), *report.get("ddls_online", ())):
+        if ddl:
+            ddl["commit_time"] = tso_wall_time(ddl["commit_ts"])
     return report
 
 
@@ -134,6 +134,13 @@ def render_text(report: dict[str, Any], out: TextIO) -> None:
             f"DDL in progress: {pending['commit_ts']} {_ddl_line(pending)}; started {pending['started_at']}, "
             f"{pending['elapsed_seconds']:.1f}s ago"
             + ("" if report["running"] else " (no instance runs: the next start settles it)")
+            + "\n"
+        )
+    for online in report.get("ddls_online") or ():
+        w(
+            f"DDL building beside the stream: {online['commit_ts']} {_ddl_line(online)}; started "
+            f"{online['started_at']}, {online['elapsed_seconds']:.1f}s ago"
+            + ("" if report["running"] else " (no instance runs: the next start runs it again)")
             + "\n"
         )
 

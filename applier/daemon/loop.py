@@ -79,6 +79,7 @@ class Daemon:
     _last_spill_log = 0.0
     _spilled_total = 0
     _waits_seen = 0  # StatementWatch.version last passed to the observers
+    _online_seen = 0  # OnlineDDLs.version last passed to the observers
 
     def __init__(
         self,
@@ -311,6 +312,10 @@ class Daemon:
         """Tell the observers (metrics, health, systemd) how the loop is doing."""
         self.observer.on_tick(self.stages.barrier, self.stages.reader, active)
         self._report_waits()
+        online = self.stages.online
+        if online is not None and online.version != self._online_seen:
+            self._online_seen = online.version
+            self.observer.on_online_ddls(online.running())
 
     def _stop_on_bad_input(self) -> None:
         """After bad input, once the healthy partitions are drained: apply what can be, then raise.
@@ -348,9 +353,13 @@ class Daemon:
             self.stages.watch,
         )
         assert reader is not None and barrier is not None
+        online = self.stages.online
+        if self.cfg.exit_when_caught_up and online is not None:
+            online.check()  # a DDL beside the stream that failed for good: the daemon stops, naming it
         return (
             self.cfg.exit_when_caught_up
             and not records
+            and (online is None or not online.running())
             and self.windows.inflight is None
             and (large is None or not large.busy())
             and reader.all_at_end()

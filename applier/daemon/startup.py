@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from applier.apply.ddl import DDLExecutor
 from applier.apply.handoff import start_at_ts
+from applier.apply.online_ddl import OnlineDDLs
 from applier.apply.startup import load_checkpoint, prepare_downstream, run_startup_step
 from applier.apply.window_applier import ApplyHooks, ApplySettings, Stopping, WindowApplier
 from applier.daemon.tuning import Tuning
@@ -76,6 +77,7 @@ class Stages:
     reader: PartitionReader | None = None
     barrier: Barrier | None = None
     applier: WindowApplier | None = None
+    online: OnlineDDLs | None = None
     watch: PartitionWatch | None = None
     spill: SpillDir | None = None
     statements: StatementWatch | None = None
@@ -88,6 +90,8 @@ class Stages:
             self.large.close()
         if self.statements is not None:
             self.statements.close()
+        if self.online is not None:
+            self.online.close()  # killed on the server: they run again after the restart
         if self.applier is not None:
             self.applier.close()
         if self.spill is not None:
@@ -153,6 +157,8 @@ class Startup:
         ckpt = startup_step(
             lambda: load_checkpoint(self.downstream, self.store, ddl_executor, owner=owner, topic=cfg.topic)
         )
+        online = stages.online = OnlineDDLs(self.downstream, self.store, ddl_executor, router=router)
+        startup_step(online.resume)  # index DDLs that were building beside the stream go on
         ckpt = startup_step(  # --from-ts: a restored downstream's first start (applier.apply.handoff)
             functools.partial(
                 start_at_ts,
@@ -218,6 +224,7 @@ class Startup:
                 before_commit=lock.ensure_held,
             ),
             ddl_executor=ddl_executor,
+            online_ddls=online,
             watch=statements,
         )
         unsettled = [p for p in partitions if key(p) not in stored]

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from applier.kafka.reader import PartitionReader
     from applier.stream.barrier import Barrier
     from applier.stream.window import Window
+    from checkpoint import JournalEntry
 
 STATES = ("starting", "standby", "active", "stopping", "failed")
 
@@ -90,6 +91,7 @@ class MetricsObserver(Observer):
         self._checkpoint_ts = 0
         self._kafka_unreachable_since: float | None = None  # monotonic, from the reader
         self._ddl: tuple[DDLEvent, float] | None = None  # the DDL being applied, since (monotonic)
+        self._online: Sequence[tuple[JournalEntry, float]] = ()  # running beside the stream, since (clock)
         self._label: Callable[[int], str] = str  # a partition's label, from the reader
         self._last_refresh = -1e18
         r = self.registry
@@ -211,9 +213,10 @@ class MetricsObserver(Observer):
         ).set_function(self._kafka_unreachable)
         gauge(
             "applier_ddl_in_progress_seconds",
-            "How long the DDL being applied has run (0: none runs); which one: applier_ddl_in_progress_info.",
+            "How long the longest-running DDL (in its window, or beside the stream) has run (0: none "
+            "runs); which ones: applier_ddl_in_progress_info.",
         ).set_function(self._ddl_seconds)
-        r.register(_DDLInProgress(lambda: None if self._ddl is None else self._ddl[0]))
+        r.register(_DDLInProgress(self._ddls_running))
         self.errors = counter("applier_errors_total", "Fatal errors that stopped the daemon.", ["kind"])
         self.last_progress = gauge(
             "applier_last_progress_timestamp_seconds", "Unix time of the last record read or window applied."
@@ -241,7 +244,16 @@ class MetricsObserver(Observer):
         return 0.0 if since is None else self._monotonic() - since
 
     def _ddl_seconds(self) -> float:
-        return 0.0 if self._ddl is None else self._monotonic() - self._ddl[1]
+        own = 0.0 if self._ddl is None else self._monotonic() - self._ddl[1]
+        beside = max((self._clock() - started for _entry, started in self._online), default=0.0)
+        return max(own, beside)
+
+    def _ddls_running(self) -> list[tuple[DDLEvent | JournalEntry, str]]:
+        """The DDLs running now and how: ``window`` (the stream waits) or ``beside`` (it goes on)."""
+        running: list[tuple[DDLEvent | JournalEntry, str]] = [(e, "beside") for e, _started in self._online]
+        if self._ddl is not None:
+            running.insert(0, (self._ddl[0], "window"))
+        return running
 
     def _set_checkpoint(self, ts: int) -> None:
         if ts > self._checkpoint_ts:
@@ -263,6 +275,9 @@ class MetricsObserver(Observer):
 
     def on_apply_start(self, window: Window) -> None:
         self._ddl = None if window.ddl is None else (window.ddl, self._monotonic())
+
+    def on_online_ddls(self, running: Sequence[tuple[JournalEntry, float]]) -> None:
+        self._online = tuple(running)
 
     def on_window(self, applied: WindowApplied) -> None:
         window, rows = applied.window, applied.rows
@@ -326,26 +341,27 @@ class MetricsObserver(Observer):
 
 
 class _DDLInProgress:
-    """``applier_ddl_in_progress_info``: the DDL being applied (schema, table, commit ts; 1 while
-    it runs, no series otherwise), beside ``applier_ddl_in_progress_seconds``."""
+    """``applier_ddl_in_progress_info``: the DDLs running now (schema, table, commit ts, and
+    ``mode``: ``window`` when the stream waits for it, ``beside`` for an index DDL the stream goes on
+    beside; 1 while it runs, no series otherwise), beside ``applier_ddl_in_progress_seconds``."""
 
-    def __init__(self, current: Callable[[], DDLEvent | None]) -> None:
-        self._current = current
+    def __init__(self, running: Callable[[], list[tuple[DDLEvent | JournalEntry, str]]]) -> None:
+        self._running = running
 
     def describe(self) -> list:
         return [self._family()]
 
     def collect(self) -> list:
         family = self._family()
-        ddl = self._current()
-        if ddl is not None:
-            family.add_metric([ddl.schema, ddl.table, str(ddl.commit_ts)], 1)
+        for ddl, mode in self._running():
+            family.add_metric([ddl.schema, ddl.table, str(ddl.commit_ts), mode], 1)
         return [family]
 
     @staticmethod
     def _family() -> GaugeMetricFamily:
         return GaugeMetricFamily(
             "applier_ddl_in_progress_info",
-            "The DDL being applied: its schema, table and commit ts (1 while it runs).",
-            labels=["schema", "table", "commit_ts"],
+            "The DDLs running: schema, table, commit ts, and mode (window: the stream waits for it; "
+            "beside: an index DDL the stream goes on beside); 1 while it runs.",
+            labels=["schema", "table", "commit_ts", "mode"],
         )

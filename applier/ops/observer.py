@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from applier.kafka.reader import PartitionReader
     from applier.stream.barrier import Barrier
     from applier.stream.window import Window
+    from checkpoint import JournalEntry
 
 Rows = Mapping[tuple[str, str, str], int]
 """Row operations of a window by (schema, table, op)."""
@@ -69,6 +70,10 @@ class Observer:
         """The daemon's statements that wait on a lock now (``applier.downstream.watch``); called
         when that changes."""
 
+    def on_online_ddls(self, running: Sequence[tuple[JournalEntry, float]]) -> None:
+        """The index DDLs running beside the stream now (``applier.apply.online_ddl``), each with
+        when it started (Unix seconds); called when that changes."""
+
     def on_error(self, kind: str) -> None:
         """A fatal error of this kind (e.g. ``ApplyError``, ``MalformedRecordError``) stops the daemon."""
 
@@ -113,6 +118,9 @@ class Observers(Observer):
 
     def on_statement_waits(self, waits: Sequence[StatementWait]) -> None:
         self._call("on_statement_waits", waits)
+
+    def on_online_ddls(self, running: Sequence[tuple[JournalEntry, float]]) -> None:
+        self._call("on_online_ddls", running)
 
     def on_error(self, kind: str) -> None:
         self._call("on_error", kind)

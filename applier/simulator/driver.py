@@ -10,8 +10,10 @@ from applier.simulator.model import SimEvent, Simulation, Step, StreamConfig
 from applier.simulator.tables import (
     BULK_TABLE,
     DDL_ADD_COLUMN,
+    DDL_ADD_INDEX,
     DDL_CREATE_SCHEMA,
     DDL_CREATE_TABLE,
+    DDL_DROP_INDEX,
     LATE_TABLE,
     add_column_sql,
     bulk_table,
@@ -98,6 +100,10 @@ def simulate(cfg: StreamConfig) -> Simulation:
         alter_at += 1
     planned_replays = {n // 3: "one", (2 * n) // 3: "all"} if cfg.replays and n >= 6 else {}
     grow_at = n // 3 if cfg.partition_growth else -1
+    # An index DDL changes no row: it only has to reach the downstream once, in its place, while the
+    # rows around it go on (the applier builds it beside the stream).
+    index_at = {n // 4: DDL_ADD_INDEX, (3 * n) // 4: DDL_DROP_INDEX} if cfg.index_ddls and n >= 8 else {}
+    indexed = min((s for s in upstream.specs.values() if s.handle_key), key=lambda s: s.name, default=None)
     huge_at = {n // 3 + 1, (2 * n) // 3 + 1} if cfg.huge_transaction else set()
     for i in range(n):
         if i == grow_at:
@@ -126,6 +132,14 @@ def simulate(cfg: StreamConfig) -> Simulation:
                 lagging.append((alter, {added.table}))
             else:
                 write_ddl(alter, {added.table})
+        if i in index_at and indexed is not None:
+            q, column = quote_ident(indexed.name), quote_ident(indexed.handle_key[0])
+            query = (
+                f"CREATE INDEX `ix_sim` ON {q} ({column})"
+                if index_at[i] == DDL_ADD_INDEX
+                else f"DROP INDEX `ix_sim` ON {q}"
+            )
+            write_ddl(ddl(indexed.name, query, index_at[i]), {indexed.name})
         if i in huge_at:
             changes = upstream.bulk_transaction(cfg.huge_transaction)
         else:

@@ -45,6 +45,7 @@ class StreamConfig:
     replays: bool = True  # simulate restarts (re-sends from a checkpoint) and duplicated records
     duplicate_rate: float = 0.03  # chance that a record is sent twice (with replays on)
     ddl_mid_stream: bool = True  # ALTER TABLE ... ADD COLUMN half way
+    index_ddls: bool = True  # CREATE INDEX a quarter in, DROP INDEX three quarters in (one keyed table)
     schema: str = "sim"
     max_batch_size: int = 16  # TiCDC max-batch-size
     max_message_bytes: int = 1 << 20  # TiCDC max-message-bytes (kept within Kafka's default)

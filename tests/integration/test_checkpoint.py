@@ -94,6 +94,7 @@ def test_ensure_schema_creates_database_and_is_idempotent(conn, mariadb_params: 
                 ("applied_ddl", "InnoDB"),
                 ("changefeed", "InnoDB"),
                 ("ddl_journal", "InnoDB"),
+                ("ddl_online", "InnoDB"),
                 ("partition_offset", "InnoDB"),
                 ("schema_version", "InnoDB"),
                 ("table_checkpoint", "InnoDB"),
@@ -120,14 +121,32 @@ def test_newer_layout_is_refused(conn, store: CheckpointStore) -> None:
         store.ensure_schema(conn)
 
 
-def test_a_version_1_layout_gains_the_ddl_journal(conn, store: CheckpointStore) -> None:
+def test_a_version_1_layout_gains_the_ddl_journal_and_the_online_ddls(conn, store: CheckpointStore) -> None:
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE `{store.schema}`.ddl_journal")
+        cur.execute(f"DROP TABLE `{store.schema}`.ddl_online")
         cur.execute(f"UPDATE `{store.schema}`.schema_version SET version = 1")
     conn.commit()
-    assert ensure_schema(conn, store.schema) == SCHEMA_VERSION == 2
+    assert ensure_schema(conn, store.schema) == SCHEMA_VERSION == 3
     with conn.cursor() as cur:
         assert store.pending_ddl(cur) is None
+        assert store.online_ddls(cur) == []
+    conn.commit()
+
+
+def test_online_ddls_are_journaled_one_row_each_until_they_end(conn, store: CheckpointStore) -> None:
+    add = {"commit_ts": 20, "schema": "db", "table": "t", "ddl_type": 7, "query": "CREATE INDEX i ON t (a)"}
+    drop = {**add, "commit_ts": 10, "ddl_type": 8, "query": "DROP INDEX j ON t"}
+    with conn.cursor() as cur:
+        store.begin_online_ddl(cur, catalogue="{}", **add)
+        store.begin_online_ddl(cur, catalogue="{}", **drop)
+        store.begin_online_ddl(cur, catalogue="{}", **drop)  # a replay of its recording: one row
+    conn.commit()
+    with conn.cursor() as cur:
+        listed = [(e.commit_ts, e.query) for e in store.online_ddls(cur)]
+        assert listed == [(10, drop["query"]), (20, add["query"])]
+        store.end_online_ddl(cur, 10, drop["query"])
+        assert [e.commit_ts for e in store.online_ddls(cur)] == [20]
     conn.commit()
 
 

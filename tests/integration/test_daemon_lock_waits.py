@@ -44,7 +44,14 @@ def _half_applied_rows_locked(
     session: returns the simulation, where its second half starts, the session and its id."""
     schema = feed.new_schema()
     sim = simulate(
-        StreamConfig(seed=seed, partitions=PARTITIONS, transactions=200, schema=schema, ddl_mid_stream=False)
+        StreamConfig(
+            seed=seed,
+            partitions=PARTITIONS,
+            transactions=200,
+            schema=schema,
+            ddl_mid_stream=False,
+            index_ddls=False,
+        )
     )
     cut = len(sim.records) // 2
     _first_part_applied(feed, sim, cut)
@@ -284,7 +291,14 @@ def test_a_storm_of_transient_errors_is_logged_by_class_reported_and_ridden_out(
 def test_an_idle_daemon_holds_no_lock_a_ddl_would_wait_for(feed: Changefeed) -> None:
     schema = feed.new_schema()
     sim = simulate(
-        StreamConfig(seed=64, partitions=PARTITIONS, transactions=60, schema=schema, ddl_mid_stream=False)
+        StreamConfig(
+            seed=64,
+            partitions=PARTITIONS,
+            transactions=60,
+            schema=schema,
+            ddl_mid_stream=False,
+            index_ddls=False,
+        )
     )
     ensure_topic(feed.bootstrap, feed.topic, PARTITIONS)
     produce_records(feed.bootstrap, feed.topic, sim.records)

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from applier.downstream.watch import StatementWait
 from applier.ops.metrics import MetricsObserver, tso_seconds
 from applier.ops.observer import WindowApplied
+from checkpoint import JournalEntry
 from tests.builders import ddl_event
 from tests.unit.ops_fakes import TS, Clock, FakeBarrier, FakeListener, FakeReader, window
 
@@ -181,7 +182,7 @@ def test_a_ddl_being_applied_is_shown_with_its_table_and_how_long_it_has_run() -
     mono.now += 20
     s = _samples(m)
     assert s[("applier_ddl_in_progress_seconds", ())] == 20  # evaluated at scrape time
-    labels = (("commit_ts", str(TS + 5)), ("schema", "db"), ("table", "t"))
+    labels = (("commit_ts", str(TS + 5)), ("mode", "window"), ("schema", "db"), ("table", "t"))
     assert s[("applier_ddl_in_progress_info", labels)] == 1
     m.on_window(WindowApplied(window(TS + 5, ddl=ddl), 20.0, {}))
     s = _samples(m)
@@ -189,3 +190,21 @@ def test_a_ddl_being_applied_is_shown_with_its_table_and_how_long_it_has_run() -
     assert not [k for k in s if k[0] == "applier_ddl_in_progress_info"]
     m.on_apply_start(window(TS + 6))  # a row window: no DDL in progress
     assert _samples(m)[("applier_ddl_in_progress_seconds", ())] == 0
+
+
+def test_index_ddls_beside_the_stream_are_shown_with_how_long_the_oldest_has_run() -> None:
+    wall = Clock(1_000.0)
+    m = MetricsObserver(clock=wall, monotonic=Clock(100.0), process_metrics=False)
+    add = JournalEntry(TS + 5, "db", "t", 7, "ALTER TABLE t ADD INDEX i (a)", "{}")
+    drop = JournalEntry(TS + 9, "db", "u", 8, "DROP INDEX j ON u", "{}")
+    m.on_online_ddls([(add, 990.0), (drop, 995.0)])
+    s = _samples(m)
+    assert s[("applier_ddl_in_progress_seconds", ())] == 10  # the oldest
+    for entry in (add, drop):
+        ts = str(entry.commit_ts)
+        labels = (("commit_ts", ts), ("mode", "beside"), ("schema", "db"), ("table", entry.table))
+        assert s[("applier_ddl_in_progress_info", labels)] == 1
+    m.on_online_ddls([])
+    s = _samples(m)
+    assert s[("applier_ddl_in_progress_seconds", ())] == 0
+    assert not [k for k in s if k[0] == "applier_ddl_in_progress_info"]
