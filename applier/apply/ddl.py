@@ -39,7 +39,7 @@ import sqlglot
 from sqlglot import exp
 
 from applier.apply.catalogue import Catalogue, Fingerprint, Scope
-from applier.codec.events import DDLEvent
+from applier.codec.events import DDLEvent, Position
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.lock import ActiveLock
 from applier.errors import FatalError
@@ -113,6 +113,16 @@ def touched(ddl: DDLEvent | JournalEntry) -> Scope:
         ids=_moves_data(ddl.query),
         rows=_empties_tables(ddl.query),
     )
+
+
+def as_event(ddl: DDLEvent | JournalEntry) -> DDLEvent:
+    """A journaled DDL as the event it was (its position in the topic is not kept: none)."""
+    if isinstance(ddl, DDLEvent):
+        return ddl
+    return DDLEvent(ddl.commit_ts, ddl.schema, ddl.table, ddl.query, ddl.ddl_type, _JOURNALED)
+
+
+_JOURNALED = Position("", -1, -1, -1)
 
 
 def _ident(text: str) -> str:
@@ -308,7 +318,7 @@ class DDLExecutor:
     def _planned(self, ddl: DDLEvent | JournalEntry) -> tuple[DDLEvent, DDLPlan]:
         """The DDL as it runs downstream (routed) and what to do with it (skipped when the route
         rules leave its schema out)."""
-        target = route_ddl(ddl, self._router)  # type: ignore[arg-type]
+        target = route_ddl(as_event(ddl), self._router)
         skip = self._router.ddl_skip_reason(ddl.schema, drop_schema=ddl.ddl_type == DROP_SCHEMA_DDL_TYPE)
         if skip:
             return target, DDLPlan(False, "", None, skip)

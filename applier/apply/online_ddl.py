@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from applier.apply.catalogue import Scope
-from applier.apply.ddl import DDLExecutor, DDLFailed, touched
+from applier.apply.ddl import DDLExecutor, DDLFailed, as_event, touched
 from applier.codec.events import DDLEvent
 from applier.downstream.errors import describe, is_transient
 from applier.downstream.retry import Backoff
@@ -123,7 +123,7 @@ class OnlineDDLs:
     # -- the daemon's side ------------------------------------------------------------------------
     def start(self, entry: JournalEntry) -> None:
         """Run a DDL journaled in ``ddl_online`` on a thread of its own (no-op if it runs already)."""
-        job = _Job(entry, touched(route_ddl(entry, self._router)))  # type: ignore[arg-type]
+        job = _Job(entry, touched(route_ddl(as_event(entry), self._router)))
         with self._changed:
             if self._stopping.is_set() or _key(entry) in self._jobs:
                 return

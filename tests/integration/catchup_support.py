@@ -19,7 +19,7 @@ import pymysql
 from applier.settings.schema import resolve
 from applier.simulator import Simulation, StreamConfig, produce_simulation, simulate
 from applier.simulator.tables import DDL_CREATE_SCHEMA, quote_ident
-from tests.integration.harness import Changefeed
+from tests.integration.harness import Changefeed, new_log
 
 
 @functools.cache
@@ -155,8 +155,8 @@ def start_catchup_process(
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIER_")}
     if master.startswith("spark://"):
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    fd, log_path = tempfile.mkstemp(prefix="catchup-", suffix=".log")
-    with os.fdopen(fd, "wb") as out:
+    log_path = new_log("catchup-")
+    with open(log_path, "wb") as out:
         proc = subprocess.Popen(
             [
                 sys.executable,

@@ -9,8 +9,14 @@ import pymysql
 import pytest
 
 from applier.kafka.embedded_broker import free_port, start_broker
-from tests.integration.harness import Changefeed, DatabaseUser
+from tests.integration.harness import Changefeed, DatabaseUser, keep_logs_in
 from tests.integration.tcp_proxy import TcpProxy
+
+
+@pytest.fixture(scope="session", autouse=True)
+def daemon_logs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The daemons' logs in the session's temporary directory, not one file each in /tmp for good."""
+    keep_logs_in(tmp_path_factory.mktemp("logs"))
 
 
 @pytest.fixture

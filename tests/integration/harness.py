@@ -22,6 +22,22 @@ import pymysql
 
 from applier.simulator import Simulation, compare_downstream
 
+_log_dir: Path | None = None
+
+
+def keep_logs_in(path: Path) -> None:
+    """Where the daemons and catch-ups started without a log path of their own write their output
+    (the session's pytest temporary directory, which pytest prunes; else the system's)."""
+    global _log_dir
+    _log_dir = path
+
+
+def new_log(prefix: str) -> str:
+    """A new empty log file (see :func:`keep_logs_in`)."""
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".log", dir=_log_dir)
+    os.close(fd)
+    return path
+
 
 @dataclass(frozen=True)
 class DatabaseUser:
@@ -87,8 +103,7 @@ class Changefeed:
         env = {**os.environ, **(env or {})}
         env.pop("APPLIER_CONFIG", None)
         if log_path is None:
-            fd, log_path = tempfile.mkstemp(prefix="applier-", suffix=".log")
-            os.close(fd)
+            log_path = new_log("applier-")
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(self.args(*more), stdout=out, stderr=subprocess.STDOUT, env=env)
         proc.log_path = log_path  # type: ignore[attr-defined]

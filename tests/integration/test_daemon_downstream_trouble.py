@@ -40,6 +40,8 @@ from applier.downstream.url import parse_downstream_url
 from applier.kafka.embedded_broker import create_topic
 from applier.simulator import PRODUCER_MODES, StreamConfig, simulate
 from applier.simulator.producer import produce_records
+from tests.integration import test_daemon_online_ddl as online
+from tests.integration.ddl_script import Script
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 from tests.integration.ops_support import http_base, http_get, scrape, total, value, wait_until
 from tests.integration.private_mariadb import PrivateMariaDB, start_plain_mariadb
@@ -347,6 +349,44 @@ def test_database_restarts_mid_stream_are_ridden_out(feed: Changefeed, server: P
     finally:
         stop(proc, signal.SIGTERM)
     assert proc.returncode == 0, read_log(proc)
+    assert not any(line.get("level") == "error" and "fatal" in line.get("event", "") for line in _lines(proc))
+
+
+def test_a_database_crash_while_an_index_builds_beside_the_stream_builds_it_once_after(
+    feed: Changefeed, server: PrivateMariaDB
+) -> None:
+    """An index DDL waits on another session's metadata lock (applier.apply.online_ddl) while the
+    other table's rows go on; the server crashes: the build and the lock are gone, the daemon rides
+    the restart out, runs the DDL again from its ddl_online row and the index exists once."""
+    db = feed.new_schema("online")
+    script = Script(partitions=3)
+    script.ddl(db, "", 1, f"CREATE DATABASE `{db}`")
+    script.ddl(db, "big", 3, "CREATE TABLE big (a BIGINT PRIMARY KEY, b BIGINT)")
+    script.ddl(db, "hot", 3, "CREATE TABLE hot (a BIGINT PRIMARY KEY, b BIGINT)")
+    script.rows(db, "big", insert=[{"a": i, "b": i} for i in range(20)])
+    script.produce(feed.bootstrap, feed.topic)
+    proc = feed.start("--http-listen", "off")
+    try:
+        wait_until(lambda: online.table_rows(feed, db, "big") == 20, 60, "the first rows", proc)
+        with online.holding(server.params, db, "big"):
+            first = len(script.steps)
+            script.ddl(db, "big", 7, online.ADD_I)
+            script.rows(db, "hot", insert=[{"a": 1, "b": 1}])
+            script.produce(feed.bootstrap, feed.topic, first)
+            wait_until(lambda: online.table_rows(feed, db, "hot") == 1, 60, "hot's row after the DDL", proc)
+            assert online.online_rows(feed) and online.indexes(feed, db, "big") == ["PRIMARY"]
+            server.restart(crash=True, down_seconds=6)
+        wait_until(lambda: not online.online_rows(feed), 90, "the DDL run again after the crash", proc)
+        assert online.indexes(feed, db, "big") == ["PRIMARY", "ib"]
+        more = len(script.steps)
+        script.rows(db, "big", insert=[{"a": 100, "b": 100}])
+        script.produce(feed.bootstrap, feed.topic, more)
+        wait_until(lambda: online.table_rows(feed, db, "big") == 21, 60, "a row after the crash", proc)
+    finally:
+        stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0, read_log(proc)
+    log = read_log(proc)
+    assert log.count("DDL applied beside the stream") == 1 and "beside the stream failed; retrying" in log
     assert not any(line.get("level") == "error" and "fatal" in line.get("event", "") for line in _lines(proc))
 
 

@@ -62,14 +62,23 @@ def setup(feed: Changefeed) -> tuple[Script, str]:
     return script, db
 
 
-def hot_rows(feed: Changefeed, db: str) -> int:
+def table_rows(feed: Changefeed, db: str, table: str) -> int:
+    """The table's row count downstream (-1 while it does not exist yet)."""
     conn = feed.connect()
     try:
         with conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM `{db}`.hot")
+            cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{table}`")
             return int(cur.fetchone()[0])
+    except pymysql.err.ProgrammingError as exc:
+        if exc.args[0] in (1049, 1146):  # unknown database, unknown table
+            return -1
+        raise
     finally:
         conn.close()
+
+
+def hot_rows(feed: Changefeed, db: str) -> int:
+    return table_rows(feed, db, "hot")
 
 
 def indexes(feed: Changefeed, db: str, table: str) -> list[str]:
