@@ -62,20 +62,15 @@ def _create_table(name: str, columns: str, key: str) -> str:
     )
 
 
-_DDL_JOURNAL: Final = _create_table(
-    "ddl_journal",
+# A journaled DDL: its columns, the fingerprint of what it touches before it ran, and when.
+_JOURNAL_COLUMNS: Final = (
     _DDL_COLUMNS
     + "  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: catalogue before',\n"
-    "  `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',\n",
-    "`changefeed`",
+    "  `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',\n"
 )
-
+_DDL_JOURNAL: Final = _create_table("ddl_journal", _JOURNAL_COLUMNS, "`changefeed`")
 _DDL_ONLINE: Final = _create_table(
-    "ddl_online",
-    _DDL_COLUMNS
-    + "  `catalogue` LONGTEXT CHARACTER SET utf8mb4 COLLATE {c} NOT NULL COMMENT 'JSON: catalogue before',\n"
-    "  `started_at` DATETIME(6) NOT NULL COMMENT 'UTC',\n",
-    "`changefeed`, `commit_ts`, `query_digest`",
+    "ddl_online", _JOURNAL_COLUMNS, "`changefeed`, `commit_ts`, `query_digest`"
 )
 
 TABLES: Final[dict[str, str]] = {
