@@ -54,8 +54,8 @@ from _common import (
 )
 
 from applier.kafka.embedded_broker import create_topic, start_broker
+from applier.simulator.encoder import frame
 
-_U64 = 8
 _TYPE_BIGINT, _TYPE_INT, _TYPE_VARCHAR = 8, 3, 15
 _F_ID = 0x01 | 0x02 | 0x08  # binary, handle key, primary key
 _F_K = 0x01 | 0x20  # binary, part of an index
@@ -81,15 +81,6 @@ KINDS = [
     Kind("beside, big idle", False, 7),
     Kind("in its window (baseline), big busy", True, MULTI_SCHEMA_CHANGE),
 ]
-
-
-def frame(pairs: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
-    """One Open Protocol record of ``pairs`` (key, value)."""
-    k, v = [(1).to_bytes(_U64, "big")], []
-    for key, value in pairs:
-        k += [len(key).to_bytes(_U64, "big"), key]
-        v += [len(value).to_bytes(_U64, "big"), value]
-    return b"".join(k), b"".join(v)
 
 
 def image(row_id: int, k: int) -> dict:

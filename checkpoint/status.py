@@ -31,6 +31,21 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat() + "Z"
 
 
+def _journaled(cur: Any, q: str, table: str, changefeed: str) -> list[dict[str, Any]]:
+    """The DDLs of a journal table (``ddl_journal``, ``ddl_online``), oldest first, each with when
+    it started and how long ago by the server's clock."""
+    cur.execute(
+        "SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `started_at`, "
+        "TIMESTAMPDIFF(MICROSECOND, `started_at`, UTC_TIMESTAMP(6)) "
+        f"FROM {q}.`{table}` WHERE `changefeed` = %s ORDER BY `commit_ts`",
+        (changefeed,),
+    )
+    return [
+        {**_ddl(r), "started_at": _iso(r[5]), "elapsed_seconds": round(int(r[6]) / 1e6, 1)}
+        for r in cur.fetchall()
+    ]
+
+
 def _ddl(row: tuple) -> dict[str, Any]:
     """The event of a DDL row: commit ts, schema, table, DDL type and query, its first columns."""
     return {
@@ -147,30 +162,10 @@ def status_report(
             # The journal row lives from just before a DDL runs until it is recorded: a DDL
             # running now, or one a crash interrupted (the next start settles it). The server's
             # clock times it, as it wrote started_at.
-            cur.execute(
-                "SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `started_at`, "
-                "TIMESTAMPDIFF(MICROSECOND, `started_at`, UTC_TIMESTAMP(6)) "
-                f"FROM {q}.`ddl_journal` WHERE `changefeed` = %s",
-                (changefeed,),
-            )
-            pending = cur.fetchone()
-            if pending is not None:
-                report["ddl_in_progress"] = {
-                    **_ddl(pending),
-                    "started_at": _iso(pending[5]),
-                    "elapsed_seconds": round(int(pending[6]) / 1e6, 1),
-                }
+            pending = _journaled(cur, q, "ddl_journal", changefeed)
+            report["ddl_in_progress"] = pending[0] if pending else None
             # Index DDLs recorded as applied that still build beside the stream (oldest first).
-            cur.execute(
-                "SELECT `commit_ts`, `schema_name`, `table_name`, `ddl_type`, `query`, `started_at`, "
-                "TIMESTAMPDIFF(MICROSECOND, `started_at`, UTC_TIMESTAMP(6)) "
-                f"FROM {q}.`ddl_online` WHERE `changefeed` = %s ORDER BY `commit_ts`",
-                (changefeed,),
-            )
-            report["ddls_online"] = [
-                {**_ddl(r), "started_at": _iso(r[5]), "elapsed_seconds": round(int(r[6]) / 1e6, 1)}
-                for r in cur.fetchall()
-            ]
+            report["ddls_online"] = _journaled(cur, q, "ddl_online", changefeed)
     except pymysql.err.MySQLError as exc:
         if exc.args and exc.args[0] in _MISSING_CODES:
             return report

@@ -393,6 +393,11 @@ def _execute(conn: pymysql.connections.Connection, statements: list[str]) -> Non
             cur.execute(sql)
 
 
+def keywords(query: str) -> list[str]:
+    """The bare words of a DDL text, upper-cased, in order (quoted names and literals left out)."""
+    return [t.upper for t in tokenize(query) if t.kind == WORD]
+
+
 def _short(query: str, n: int = 200) -> str:
     return " ".join(query.split())[:n]
 
@@ -401,13 +406,13 @@ def _moves_data(query: str) -> bool:
     """Statements whose effect the table definitions do not show and that must not run twice:
     ``EXCHANGE PARTITION`` swaps the rows of two tables of one shape, a ``RENAME`` of several tables
     can swap their names. Only table ids tell."""
-    words = [t.upper for t in tokenize(query) if t.kind == WORD]
+    words = keywords(query)
     return "EXCHANGE" in words or ("RENAME" in words and words.count("TO") > 1)
 
 
 def _empties_tables(query: str) -> bool:
     """``TRUNCATE`` leaves the definition as it was: whether its table still has rows tells."""
-    return "TRUNCATE" in {t.upper for t in tokenize(query) if t.kind == WORD}
+    return "TRUNCATE" in keywords(query)
 
 
 # -- "already there": what the catalogue must show ---------------------------------------------

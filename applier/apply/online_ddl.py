@@ -43,17 +43,17 @@ from dataclasses import dataclass, field
 import pymysql
 
 from applier.apply.catalogue import Scope
-from applier.apply.ddl import DDLExecutor, DDLFailed, as_event, touched
+from applier.apply.ddl import DDLExecutor, DDLFailed, as_event, keywords, touched
+from applier.apply.transaction import TransactionRunner
 from applier.codec.events import DDLEvent
-from applier.downstream.errors import describe, is_transient
-from applier.downstream.retry import Backoff
-from applier.downstream.session import close_quietly, connect, connection_id
+from applier.downstream.errors import describe
+from applier.downstream.retry import Backoff, RetryInfo
+from applier.downstream.session import close_quietly, connect
 from applier.downstream.url import DownstreamConfig
 from applier.ops.logs import get_logger
 from checkpoint import CheckpointStore, JournalEntry, ddl_digest
 from sqlgen import Router, route_ddl
 from sqlgen.ddl import SCHEMA_DDL_TYPES
-from sqlgen.sqltokens import WORD, tokenize
 
 # TiDB's DDL types that change indexes only: add index, drop index, rename index, index
 # visibility, drop indexes (docs/open-protocol.md §8). Each is one job upstream, so its text changes
@@ -65,8 +65,7 @@ def runs_online(ddl: DDLEvent) -> bool:
     """Whether ``ddl`` runs beside the stream: an index DDL other than a unique one."""
     if ddl.ddl_type not in ONLINE_DDL_TYPES:
         return False
-    words = {t.upper for t in tokenize(ddl.query) if t.kind == WORD}
-    return not words & {"UNIQUE", "PRIMARY"}
+    return not {"UNIQUE", "PRIMARY"}.intersection(keywords(ddl.query))
 
 
 def _overlaps(a: Scope, b: Scope, *, whole: bool) -> bool:
@@ -203,8 +202,11 @@ class OnlineDDLs:
 
     # -- one DDL's thread -------------------------------------------------------------------------
     def _run(self, job: _Job) -> None:
+        """Run one DDL to its end on a session of its own: transient errors (a lost session, a
+        server restart) reconnect and run it again from its journal row, as every unit of the
+        applier is replayed (``TransactionRunner``); a stop ends the thread, a permanent error is
+        kept for the daemon (:meth:`check`)."""
         entry = job.entry
-        attempt = 0
         began = time.monotonic()
         self.log.info(
             "DDL started beside the stream",
@@ -213,55 +215,67 @@ class OnlineDDLs:
             table=entry.table,
             query=" ".join(entry.query.split())[:200],
         )
-        while not self._stopping.is_set():
-            attempt += 1
-            conn = None
-            try:
-                conn = connect(self._downstream)
-                job.session = connection_id(conn)
-                note = self._executor.run_online(conn, entry)
-            except DDLFailed as exc:
-                with self._changed:
-                    self._failed = self._failed or exc
-                    self._changed.notify_all()
-                return
-            except Exception as exc:
-                if self._stopping.is_set():
-                    return
-                if not is_transient(exc):
-                    with self._changed:
-                        self._failed = self._failed or DDLFailed(
-                            f"DDL at ts {entry.commit_ts} on {entry.schema}.{entry.table}, running beside "
-                            f"the stream, failed: {describe(exc)}; query: {_short(entry.query)}"
-                        )
-                        self._changed.notify_all()
-                    return
-                wait = self._backoff.wait(attempt)
-                self.log.warning(
-                    "a DDL running beside the stream failed; retrying",
-                    ts=entry.commit_ts,
-                    error=describe(exc),
-                    attempt=attempt,
-                    wait=round(wait, 2),
-                )
-                self._stopping.wait(wait)
-                continue
-            finally:
-                job.session = None
-                close_quietly(conn)
-            self.log.info(
-                "DDL applied beside the stream",
+
+        def on_retry(info: RetryInfo) -> None:
+            if self._stopping.is_set():
+                return  # the stop killed it: nothing to retry, the next start runs it
+            self.log.warning(
+                "a DDL running beside the stream failed; retrying",
                 ts=entry.commit_ts,
-                schema=entry.schema,
-                table=entry.table,
-                note=note or None,
-                seconds=round(time.monotonic() - began, 3),
+                error=describe(info.error),
+                attempt=info.attempt,
+                wait=round(info.wait, 2),
+            )
+
+        def sleep(seconds: float) -> None:
+            if self._stopping.wait(seconds):
+                raise _Stopped()
+
+        runner = TransactionRunner(
+            self._downstream, max_time=None, backoff=self._backoff, on_retry=on_retry, sleep=sleep
+        )
+        runner.on_connect = lambda _conn: setattr(
+            job, "session", runner.session.id if runner.session else None
+        )
+        notes: list[str] = []
+        try:
+            runner.run(lambda conn: notes.append(self._executor.run_online(conn, entry)))
+        except _Stopped:
+            return
+        except Exception as exc:
+            if self._stopping.is_set():
+                return
+            failed = (
+                exc
+                if isinstance(exc, DDLFailed)
+                else DDLFailed(
+                    f"DDL at ts {entry.commit_ts} on {entry.schema}.{entry.table}, running beside "
+                    f"the stream, failed: {describe(exc)}; query: {_short(entry.query)}"
+                )
             )
             with self._changed:
-                self._jobs.pop(_key(entry), None)
-                self.version += 1
+                self._failed = self._failed or failed
                 self._changed.notify_all()
             return
+        finally:
+            job.session = None
+            runner.close()
+        self.log.info(
+            "DDL applied beside the stream",
+            ts=entry.commit_ts,
+            schema=entry.schema,
+            table=entry.table,
+            note=notes[-1] or None,
+            seconds=round(time.monotonic() - began, 3),
+        )
+        with self._changed:
+            self._jobs.pop(_key(entry), None)
+            self.version += 1
+            self._changed.notify_all()
+
+
+class _Stopped(Exception):
+    """The daemon stops while a DDL beside the stream waits to be run again."""
 
 
 def _short(query: str) -> str:
@@ -272,5 +286,4 @@ def _reads_other_tables(ddl: DDLEvent) -> bool:
     """A DDL that copies another table's definition or rows (``CREATE TABLE ... LIKE``/``AS
     SELECT``) may read a table its scope does not name: it waits as if it touched its whole
     schemas."""
-    words = {t.upper for t in tokenize(ddl.query) if t.kind == WORD}
-    return bool(words & {"LIKE", "SELECT"})
+    return bool({"LIKE", "SELECT"}.intersection(keywords(ddl.query)))
