@@ -309,6 +309,17 @@ class CheckpointStore:
         row = cur.fetchone()
         return int(row[0]) if row else 0
 
+    def committed_table_ts(self, cur: pymysql.cursors.Cursor, schema: str, table: str) -> int:
+        """A table's stored checkpoint ts (0 without one), read in the caller's session: whether
+        an ambiguous COMMIT of a window that left the resolved ts where it was landed."""
+        cur.execute(
+            f"SELECT `checkpoint_ts` FROM {self._t('table_checkpoint')} WHERE `changefeed` = %s "
+            "AND `schema_name` = %s AND `table_name` = %s",
+            (self.changefeed, schema, table),
+        )
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
     def ddl_recorded(self, cur: pymysql.cursors.Cursor, commit_ts: int, query: str) -> bool:
         """Whether this exact DDL is recorded as executed, read in the caller's session."""
         cur.execute(

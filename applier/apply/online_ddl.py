@@ -30,6 +30,12 @@ columns, and no statement the applier writes depends on a downstream index.
 A unique index is not built this way: the statements of a window reach their end state only at
 COMMIT, and an online build of a unique index fails on a duplicate that exists for a moment in
 between. It runs as every other DDL does.
+
+With ``ddl_blocking = "tables"`` the other DDLs of a known set of tables (:func:`beside_scope`) run
+the same way, and their tables' rows wait (:class:`TableHolds`, ``applier.stream.barrier``): the
+stream goes on for every other table, and the checkpoint's resolved ts stays below the DDL until
+those rows are applied. A DDL of whole schemas, or one that copies another table, still stops
+every table.
 """
 
 from __future__ import annotations
@@ -68,6 +74,19 @@ def runs_online(ddl: DDLEvent) -> bool:
     return not {"UNIQUE", "PRIMARY"}.intersection(keywords(ddl.query))
 
 
+def beside_scope(ddl: DDLEvent, router: Router) -> frozenset[tuple[str, str]] | None:
+    """The downstream tables a DDL changes, when that is a set of tables the guard reads in its
+    text (None: a DDL of whole schemas, one that copies another table, or a text it cannot read)."""
+    if ddl.ddl_type in SCHEMA_DDL_TYPES or _reads_other_tables(ddl):
+        return None
+    tables: set[tuple[str, str]] = set()
+    for schema, names in touched(route_ddl(ddl, router)).tables.items():
+        if names is None:
+            return None
+        tables.update((schema, name) for name in names)
+    return frozenset(tables) or None
+
+
 def _overlaps(a: Scope, b: Scope, *, whole: bool) -> bool:
     """Whether two DDLs' scopes share an object (``whole``: the second is about whole schemas)."""
     for schema, tables in a.tables.items():
@@ -92,6 +111,8 @@ class _Job:
     thread: threading.Thread | None = None
     session: int | None = None
     """The server's id of the session running it (what stop kills)."""
+    holds: frozenset[tuple[str, str]] = frozenset()
+    """The (downstream) tables whose rows wait for it: none for an index DDL."""
 
 
 class OnlineDDLs:
@@ -122,7 +143,10 @@ class OnlineDDLs:
     # -- the daemon's side ------------------------------------------------------------------------
     def start(self, entry: JournalEntry) -> None:
         """Run a DDL journaled in ``ddl_online`` on a thread of its own (no-op if it runs already)."""
-        job = _Job(entry, touched(route_ddl(as_event(entry), self._router)))
+        event = as_event(entry)
+        job = _Job(entry, touched(route_ddl(event, self._router)))
+        if not runs_online(event):  # ddl_blocking = "tables": its tables' rows wait for it
+            job.holds = beside_scope(event, self._router) or frozenset()
         with self._changed:
             if self._stopping.is_set() or _key(entry) in self._jobs:
                 return
@@ -165,6 +189,11 @@ class OnlineDDLs:
         """Raise the error of a DDL that failed for good (the daemon stops, naming it)."""
         with self._changed:
             self._raise_failed()
+
+    def held_tables(self) -> frozenset[tuple[str, str]]:
+        """The (downstream) tables whose rows wait for a DDL running now."""
+        with self._changed:
+            return frozenset().union(*(job.holds for job in self._jobs.values()))
 
     def running(self) -> list[tuple[JournalEntry, float]]:
         """The DDLs running now, with when they started (wall clock), oldest DDL first."""
@@ -272,6 +301,31 @@ class OnlineDDLs:
             self._jobs.pop(_key(entry), None)
             self.version += 1
             self._changed.notify_all()
+
+
+class TableHolds:
+    """The barrier's view of the tables held by DDLs running beside the stream
+    (``applier.stream.barrier.TableHolds``). Names are compared without case: a DDL's text may
+    spell a table otherwise than its rows do, and holding a table too many only makes it wait."""
+
+    def __init__(self, online: OnlineDDLs, router: Router | None = None) -> None:
+        self._online = online
+        self._router = router or Router()
+
+    def tables(self) -> frozenset[tuple[str, str]]:
+        return _folded(self._online.held_tables())
+
+    def route(self, table: tuple[str, str]) -> tuple[str, str]:
+        schema, name = self._router.table(*table)
+        return schema.casefold(), name.casefold()
+
+    def scope(self, ddl: DDLEvent) -> frozenset[tuple[str, str]] | None:
+        scope = beside_scope(ddl, self._router)
+        return None if scope is None else _folded(scope)
+
+
+def _folded(tables: frozenset[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    return frozenset((schema.casefold(), name.casefold()) for schema, name in tables)
 
 
 class _Stopped(Exception):

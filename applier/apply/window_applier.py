@@ -19,7 +19,7 @@ import pymysql
 
 from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
 from applier.apply.early import EarlyWriter, EarlyWrites
-from applier.apply.online_ddl import OnlineDDLs, runs_online
+from applier.apply.online_ddl import OnlineDDLs, beside_scope, runs_online
 from applier.apply.transaction import TransactionRunner
 from applier.apply.workers import MIN_ROWS, WorkerFailed, WorkerSessions
 from applier.codec.events import RowEvent, tso_physical_ms
@@ -167,6 +167,9 @@ class ApplySettings:
     """Rows an early piece holds at most: a window released while a piece is being written waits
     for it, so pieces stay short."""
     retry_report_seconds: float = 60.0
+    ddl_blocking: str = "all"
+    """"tables": a DDL of a known set of tables runs beside the stream and holds only their rows
+    (applier.apply.online_ddl); "all": every DDL but an index one stops every table."""
 
 
 def _never() -> bool:
@@ -225,6 +228,7 @@ class WindowApplier:
             ddl_executor.on_statement = self.watch_also
         self.online_ddls = online_ddls
         """Index DDLs run beside the stream (applier.apply.online_ddl); None: every DDL in its window."""
+        self._holds_tables = settings.ddl_blocking == "tables"
         self._stop_requested = hooks.stop_requested
         self._notify_retry = hooks.on_retry
         self._before_commit = hooks.before_commit
@@ -295,8 +299,12 @@ class WindowApplier:
         with self.conn.cursor() as cur:
             if window.ddl is not None:
                 landed = self._store.ddl_recorded(cur, window.ddl.commit_ts, window.ddl.query)
-            else:
+            elif window.floor_ts is None:
                 landed = self._store.committed_resolved_ts(cur) >= window.target_ts > window.base_ts
+            else:  # tables wait for a DDL: the resolved ts stays, the tables' own ts moved
+                landed = any(
+                    self._store.committed_table_ts(cur, *table) >= window.target_ts for table in window.tables
+                )
         if landed:
             # End the read transaction: idle, it would keep a metadata lock on the checkpoint tables.
             self.early.open = None
@@ -471,6 +479,12 @@ class WindowApplier:
                 seconds=round(time.monotonic() - started, 3),
                 **({"workers": self._workers_used} if self._workers is not None else {}),
                 **({"early_rows": self.early.used} if self.early.used else {}),
+                # tables whose rows wait for a DDL beside the stream: the checkpoint stays below them
+                **(
+                    {"held_tables": len(window.held), "checkpoint_ts": window.resolved_ts}
+                    if window.held
+                    else {}
+                ),
                 # collapse + SQL text, done before (possibly while the previous window was applied)
                 plan_s=round(prepared.plan_seconds, 3),
                 bind_s=round(self._bind_seconds, 3),  # values escaped into the SQL text by pymysql
@@ -483,7 +497,7 @@ class WindowApplier:
         self._store.write(
             cur,
             topic=self._topic,
-            resolved_ts=window.target_ts,
+            resolved_ts=window.resolved_ts,
             tables=dict.fromkeys(window.tables, window.target_ts),
             offsets={key(p): o for p, o in offsets.items()},
             partition_resolved={key(p): ts for p, ts in window.resolved.items() if p in offsets},
@@ -689,7 +703,9 @@ class WindowApplier:
         executor = self._ddl
         online = self.online_ddls
         outcome: list[DDLOutcome] = []
-        beside = online is not None and runs_online(ddl)
+        beside = online is not None and (
+            runs_online(ddl) or (self._holds_tables and beside_scope(ddl, self._router) is not None)
+        )
 
         def bookkeeping(cur: pymysql.cursors.Cursor) -> None:
             self._write_checkpoint(cur, window)

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from applier.apply.ddl import DDLExecutor
 from applier.apply.handoff import start_at_ts
-from applier.apply.online_ddl import OnlineDDLs
+from applier.apply.online_ddl import OnlineDDLs, TableHolds
 from applier.apply.startup import load_checkpoint, prepare_downstream, run_startup_step
 from applier.apply.window_applier import ApplyHooks, ApplySettings, Stopping, WindowApplier
 from applier.daemon.tuning import Tuning
@@ -199,6 +199,9 @@ class Startup:
         # checkpoint's offsets. Emptied only now that this instance holds the lock.
         spill = stages.spill = SpillDir(cfg.spill_dir or default_spill_root(), cfg.group_id).open()
         barrier = stages.barrier = Barrier(partitions, state, spill)
+        # Always: a DDL journaled by a run with ddl_blocking = "tables" holds its tables after a
+        # restart whatever the setting is now.
+        barrier.holds = TableHolds(online, router)
         if topics.single is None:  # the listing just made was started before anything was seen
             barrier.cap = ckpt.resolved_ts
         statements = stages.statements = StatementWatch(self.downstream)
@@ -216,6 +219,7 @@ class Startup:
                 worker_min_rows=self.tuning.worker_min_rows,
                 early_rows=cfg.early_rows,
                 early_piece_rows=self.tuning.early_piece_rows,
+                ddl_blocking=cfg.ddl_blocking,
                 retry_report_seconds=cfg.retry_report_seconds,
             ),
             hooks=ApplyHooks(

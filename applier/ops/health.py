@@ -111,7 +111,7 @@ class Health(Observer):
         self.failing_since = self.last_retry_error = None
         self.retries = {}
         self.last_healthy = now
-        self.applied_ts = max(self.applied_ts, applied.window.target_ts)
+        self.applied_ts = max(self.applied_ts, applied.window.resolved_ts)
 
     def on_retry(self, error: BaseException) -> None:
         if self.failing_since is None:

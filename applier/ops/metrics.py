@@ -296,7 +296,7 @@ class MetricsObserver(Observer):
         for (schema, table, op), n in rows.items():
             if n:
                 self.rows.labels(schema, table, op).inc(n)
-        self._set_checkpoint(window.target_ts)
+        self._set_checkpoint(window.resolved_ts)
         for p, offset in window.resume_offsets.items():
             if offset is not None:
                 self.partition_checkpoint_offset.labels(self._label(p)).set(offset)

@@ -202,7 +202,7 @@ class SystemdObserver(Observer):
         self._ping()
 
     def on_window(self, applied: WindowApplied) -> None:
-        self._applied_ts = max(self._applied_ts, applied.window.target_ts)
+        self._applied_ts = max(self._applied_ts, applied.window.resolved_ts)
         self._rows += sum(applied.rows.values())
 
     def on_tick(self, barrier: Barrier, reader: PartitionReader, progressed: bool) -> None:

@@ -261,6 +261,14 @@ SETTINGS: tuple[Setting, ...] = (
         parse=parse_early_rows,
     ),
     Setting(
+        "ddl_blocking",
+        "what a DDL other than an index one stops while it runs downstream: all, every table (the "
+        "downstream stays a snapshot of the upstream at each checkpoint); tables, only the tables it "
+        "changes, the others go on (docs/operations.md)",
+        default="all",
+        choices=("all", "tables"),
+    ),
+    Setting(
         "max_cached_bytes",
         "memory bound of the row cache (decoded rows, estimated); beyond it rows the barrier cannot "
         "release yet go to spill_dir and partitions ahead of the barrier are paused",

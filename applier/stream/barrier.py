@@ -26,6 +26,14 @@ Rules (docs/open-protocol.md §5.5; the producer facts they rest on are §5.1-§
   (``PartitionListener.observe_drained``). A topic created after a resolved ts R was written may
   hold rows at or below R, so the watermark never passes ``cap``: the highest resolved ts seen
   before the last topic listing that has been joined.
+- Tables that wait for a DDL (``ddl_blocking = "tables"``, docs/operations.md): while a DDL that
+  changes a table's shape runs beside the stream (``holds``), that table's rows stay in the cache
+  and the windows go on with every other table's. The front ts (``SharedProgress.front_ts``) is
+  then what every other table is applied up to, and the applied ts, which the checkpoint says,
+  stays at what the waiting tables are applied up to: a restart reads from their oldest row
+  again and skips the other tables' rows by their per-table ts. Once the DDL finished, the next
+  window takes the rows that waited. A DDL that shares a table with one running (or whose tables
+  cannot be read from its text) waits until those rows are applied; rows above it wait with it.
 - Nothing is removed from memory until the daemon reports the window applied
   (``mark_applied``): ``next_window`` is a pure function of the current state, so a failed
   transaction can be retried with the same window.
@@ -37,7 +45,8 @@ write the checkpoint from ``w`` in the same transaction; ``barrier.mark_applied(
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from applier.codec.events import DDLEvent, Event, RowEvent
 from applier.errors import ApplierError
@@ -50,6 +59,23 @@ from checkpoint import Checkpoint
 
 class StaleWindowError(ApplierError):
     """``mark_applied`` got a window that was not built from the current applied state."""
+
+
+class TableHolds(Protocol):
+    """The tables whose rows wait for a DDL running beside the stream (in downstream names, since
+    routes may merge upstream tables into one)."""
+
+    def tables(self) -> frozenset[TableKey]:
+        """The tables held now."""
+        ...
+
+    def route(self, table: TableKey) -> TableKey:
+        """The downstream table of an upstream one."""
+        ...
+
+    def scope(self, ddl: DDLEvent) -> frozenset[TableKey] | None:
+        """The downstream tables ``ddl`` may change; None when that is not a set of tables."""
+        ...
 
 
 class Barrier:
@@ -76,6 +102,9 @@ class Barrier:
         self._spill = spill
         self._empty: set[int] = set()
         self.cap: int | None = None  # several topics: see the module docstring
+        self.holds: TableHolds | None = None
+        """Tables held by DDLs running beside the stream (module docstring); None: never any."""
+        self._held: dict[TableKey, int] = {}  # held table -> the ts its rows are applied up to
         self._listeners: dict[int, PartitionListener] = {
             p: PartitionListener(p, self._progress, state.offsets.get(p), self._versions, spill)
             for p in parts
@@ -102,7 +131,7 @@ class Barrier:
             self._empty.add(partition)
         elif partition in self._empty:
             self._empty.discard(partition)
-            self._listeners[partition].rejoin_floor = self._progress.applied_ts
+            self._listeners[partition].rejoin_floor = self._progress.front_ts
 
     # ------------------------------------------------------------------ plumbing
 
@@ -154,12 +183,10 @@ class Barrier:
         """Minimum over the partitions (empty ones left out) of their resolved ts: the watermark
         (never above ``cap``, nor below the applied ts)."""
         empty = self._empty
-        low = min(
-            (lst.resolved for p, lst in self._listeners.items() if p not in empty),
-            default=self._progress.applied_ts,
-        )
+        front = self._progress.front_ts
+        low = min((lst.resolved for p, lst in self._listeners.items() if p not in empty), default=front)
         cap = self.cap
-        return low if cap is None or cap >= low else max(cap, self._progress.applied_ts)
+        return low if cap is None or cap >= low else max(cap, front)
 
     def max_observed(self) -> int | None:
         """The highest resolved ts read on any partition in this session (None before the first)."""
@@ -211,6 +238,9 @@ class Barrier:
         """
         if max_rows is not None and max_rows < 1:
             raise ValueError("max_rows must be >= 1")
+        held = self._holding()
+        if held or self._held:
+            return None if after is not None else self._next_beside(held)
         g = self._progress.applied_ts
         if after is not None:
             if after.ddl is not None or after.base_ts != g:
@@ -238,6 +268,58 @@ class Barrier:
             return self._build(target, None, g)
         return None
 
+    def _holding(self) -> frozenset[TableKey]:
+        return self.holds.tables() if self.holds is not None else frozenset()
+
+    def _waits(self, held: frozenset[TableKey]) -> Callable[[TableKey], bool] | None:
+        """Whether an upstream table's rows wait (None: no table waits)."""
+        if not held:
+            return None
+        assert self.holds is not None
+        route = self.holds.route
+        return lambda table: route(table) in held
+
+    def _next_beside(self, held: frozenset[TableKey]) -> Window | None:
+        """``next_window`` while tables wait for a DDL (``held``) or hold rows that waited: every
+        cached row up to the watermark but the held tables', in one window (no row cap: what waited
+        for a DDL is applied at once); then a DDL that shares no table with those still waiting.
+        A window of spilled rows waits until no table does."""
+        front = self._progress.front_ts
+        ddl_ts = self._min_pending_ddl_ts()
+        target = max(self._row_target(ddl_ts), front)
+        listeners = self._listeners.values()
+        if any(lst.has_spilled(-1, target) for lst in listeners):
+            return None
+        rows: list[RowEvent] = []
+        tables: set[TableKey] = set()
+        waits = self._waits(held)
+        for lst in listeners:
+            lst.collect(-1, target, rows, tables, waits)
+        if rows or target > front:
+            return self._beside(target, None, rows, tables, held)
+        if ddl_ts is None or ddl_ts > self.global_resolved():
+            return None
+        ddl = self._first_ddl_at(ddl_ts)
+        assert self.holds is not None
+        scope = self.holds.scope(ddl)
+        if scope is None or not scope.isdisjoint(held | self._held.keys()):
+            return None  # it waits for the DDLs of its tables and the rows that waited for them
+        return self._beside(ddl_ts - 1, ddl, rows, tables, held)
+
+    def _beside(
+        self,
+        target: int,
+        ddl: DDLEvent | None,
+        rows: list[RowEvent],
+        tables: set[TableKey],
+        held: frozenset[TableKey],
+    ) -> Window:
+        front = self._progress.front_ts
+        floor = min(min((self._held.get(t, front) for t in held), default=target), target)
+        # Resumed from the oldest row still waiting: a restart reads it again (the other tables'
+        # rows on the way are skipped by their per-table ts).
+        return self._window(target, ddl, front, rows, tables, held=held, floor=floor)
+
     def _row_target(self, ddl_ts: int | None) -> int:
         """The highest ts rows can be released up to: the watermark, below the lowest pending DDL."""
         target = self.global_resolved()
@@ -247,8 +329,7 @@ class Barrier:
         """How many rows ``next_window(after=window)`` could take with no row cap (0 when it would
         build nothing): bisections only, so the daemon can ask every few records whether a full
         window already waits behind the one being applied."""
-        g = self._progress.applied_ts
-        if window.ddl is not None or window.base_ts != g:
+        if window.ddl is not None or window.base_ts != self._progress.front_ts or self._held or window.held:
             return 0
         target = self._row_target(self._min_pending_ddl_ts())
         if target <= window.target_ts:
@@ -272,7 +353,7 @@ class Barrier:
         bounded by ``max_rows`` by whole commit ts, and no early window holds spilled rows or is
         built while several topics are read (``cap``: a new topic may still bring rows below E).
         """
-        if self.cap is not None or min_rows < 1:
+        if self.cap is not None or min_rows < 1 or self._held or self._holding():
             return None
         empty = self._empty
         target: int | None = None
@@ -326,7 +407,6 @@ class Barrier:
         return max(ts for lst in listeners if (ts := lst.max_cached_ts_upto(lo)) is not None)
 
     def _build(self, target: int, ddl: DDLEvent | None, base: int) -> Window:
-        key = None if ddl is None else ddl_key(ddl)
         rows: list[RowEvent] = []
         tables: set[TableKey] = set()
         streamed = None
@@ -341,38 +421,66 @@ class Barrier:
             else:
                 for lst in listeners:
                     lst.collect(base, target, rows, tables)
+        return self._window(target, ddl, base, rows, tables, streamed)
+
+    def _window(
+        self,
+        target: int,
+        ddl: DDLEvent | None,
+        base: int,
+        rows: list[RowEvent],
+        tables: set[TableKey],
+        streamed: StreamedRows | None = None,
+        *,
+        held: frozenset[TableKey] = frozenset(),
+        floor: int | None = None,
+    ) -> Window:
+        key = None if ddl is None else ddl_key(ddl)
         if ddl is not None and ddl.table:
             tables.add((ddl.schema, ddl.table))
+        applied = target if floor is None else floor
         return Window(
             target_ts=target,
             rows=rows,
             ddl=ddl,
             resume_offsets={
-                p: lst.resume_offset(target, excluding_ddl=key) for p, lst in self._listeners.items()
+                p: lst.resume_offset(applied, excluding_ddl=key) for p, lst in self._listeners.items()
             },
             resolved={p: lst.resolved for p, lst in self._listeners.items()},
             tables=frozenset(tables),
             base_ts=base,
             streamed=streamed,
+            held=held,
+            floor_ts=floor,
         )
 
     def mark_applied(self, window: Window) -> None:
         """The daemon committed ``window``: move the applied ts, forget its rows, record its DDL."""
-        g = self._progress.applied_ts
-        if window.base_ts != g or window.target_ts < g:
+        progress = self._progress
+        front = progress.front_ts
+        if window.base_ts != front or window.target_ts < front:
             raise StaleWindowError(
                 f"window built on applied ts {window.base_ts} (target {window.target_ts}) "
-                f"but the applied ts is now {g}"
+                f"but the applied ts is now {front}"
             )
         key = window.ddl_key
         if key is not None and not any(lst.has_pending_ddl(key) for lst in self._listeners.values()):
             raise StaleWindowError(f"DDL at ts {key[0]} is not pending any more (applied twice?)")
-        self._progress.applied_ts = window.target_ts
+        target = window.target_ts
+        if window.held or self._held:
+            self._held = {t: self._held.get(t, front) for t in window.held}
+            table_ts = progress.table_ts
+            for t in window.tables:  # what a restart skips: the checkpoint says the same
+                if table_ts.get(t, 0) < target:
+                    table_ts[t] = target
+        progress.front_ts = target
+        progress.applied_ts = window.resolved_ts
         if key is not None:
-            self._progress.applied_ddls.add(key)
-        self._progress.prune()
+            progress.applied_ddls.add(key)
+        progress.prune()
+        waits = self._waits(window.held)
         for lst in self._listeners.values():
-            lst.discard_applied(key)
+            lst.discard_applied(key, waits)
 
     # ------------------------------------------------------------------ back-pressure
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -184,6 +184,11 @@ class _TsGroup:
     @property
     def count(self) -> int:
         return len(self.rows) + (self.spilled.rows if self.spilled is not None else 0)
+
+
+def _touches(group: _TsGroup, held: Callable[[TableKey], bool]) -> bool:
+    """Whether a group holds rows of a table ``held`` is true for."""
+    return held(group.table) or (group.more_tables is not None and any(map(held, group.more_tables)))
 
 
 @dataclass(slots=True)
@@ -343,7 +348,7 @@ class PartitionListener:
     @property
     def resolved(self) -> int:
         """Partition resolved ts: no row <= this will be kept from now on. Never below the applied ts."""
-        g = self._progress.applied_ts
+        g = self._progress.front_ts
         return g if self._obs is None or self._obs < g else self._obs
 
     @property
@@ -393,15 +398,30 @@ class PartitionListener:
         i = bisect_right(self._ts_sorted, ts)
         return self._ts_sorted[i] if i < len(self._ts_sorted) else None
 
-    def collect(self, after: int, upto: int, rows: list[RowEvent], tables: set[TableKey]) -> None:
+    def collect(
+        self,
+        after: int,
+        upto: int,
+        rows: list[RowEvent],
+        tables: set[TableKey],
+        held: Callable[[TableKey], bool] | None = None,
+    ) -> None:
         """Append the cached rows with ``after < commit ts <= upto`` to ``rows`` (ascending ts,
-        arrival order within one ts) and their tables to ``tables``."""
+        arrival order within one ts) and their tables to ``tables``; ``held``: leave out the rows
+        of the tables it is true for (they wait for a DDL running beside the stream)."""
         ts_sorted = self._ts_sorted
         groups = self._groups
         extend = rows.extend
         last: TableKey | None = None
         for t in ts_sorted[bisect_right(ts_sorted, after) : bisect_right(ts_sorted, upto)]:
             group = groups[t]
+            if held is not None and _touches(group, held):
+                for row in group.rows:
+                    table = (row.schema, row.table)
+                    if not held(table):
+                        rows.append(row)
+                        tables.add(table)
+                continue
             extend(group.rows)
             if group.table is not last:  # feed() shares one tuple per run of rows: usually skipped
                 last = group.table
@@ -714,6 +734,41 @@ class PartitionListener:
         insort(self._pending_keys, key)
         self.stats.ddls_queued += 1
 
+    def _keep_held(self, cut: int, held: Callable[[TableKey], bool]) -> None:
+        """``discard_applied`` while some tables wait for a DDL: of the first ``cut`` commit ts,
+        only those tables' rows stay (no such group is on disk: the barrier builds no window of
+        spilled rows while a table waits)."""
+        groups, ts_sorted = self._groups, self._ts_sorted
+        kept_ts: list[int] = []
+        for ts in ts_sorted[:cut]:
+            group = groups[ts]
+            rows = []
+            if _touches(group, held):
+                rows = [row for row in group.rows if held((row.schema, row.table))]
+            if not rows:
+                del groups[ts]
+                self.cached_bytes -= group.nbytes
+                self.cached_rows -= len(group.rows)
+                continue
+            share = group.nbytes // len(group.rows)
+            self.cached_bytes -= group.nbytes - share * len(rows)
+            self.cached_rows -= len(group.rows) - len(rows)
+            group.nbytes = share * len(rows)
+            group.rows = rows
+            group.table = (rows[0].schema, rows[0].table)
+            others = {(row.schema, row.table) for row in rows} - {group.table}
+            group.more_tables = others or None
+            kept_ts.append(ts)
+        base = self._cum[cut - 1] if cut else self._cum_base
+        del ts_sorted[:cut]
+        del self._cum[:cut]
+        self._cum_base = base
+        if kept_ts:
+            ts_sorted[:0] = kept_ts
+            self._cum[:0] = [0] * len(kept_ts)
+            self._cum_base = 0
+            self._stale = 0
+
     # ------------------------------------------------------------------ resume offsets
 
     def _oldest_unapplied(self, after_applied_ts: int, excluding_ddl: DDLKey | None) -> int | None:
@@ -755,14 +810,19 @@ class PartitionListener:
 
     # ------------------------------------------------------------------ after a window
 
-    def discard_applied(self, applied_ddl: DDLKey | None = None) -> None:
-        """Forget what the barrier just applied (``progress`` already updated). Barrier use only."""
+    def discard_applied(
+        self, applied_ddl: DDLKey | None = None, held: Callable[[TableKey], bool] | None = None
+    ) -> None:
+        """Forget what the barrier just applied (``progress`` already updated): every row at or
+        below the front ts but those of the tables ``held`` is true for. Barrier use only."""
         g = self._progress.applied_ts
         ts_sorted = self._ts_sorted
-        cut = bisect_right(ts_sorted, g)
+        cut = bisect_right(ts_sorted, self._progress.front_ts)
         if self._stale is not None:
             self._recount()
-        if cut:
+        if cut and held is not None:
+            self._keep_held(cut, held)
+        elif cut:
             pop = self._groups.pop
             nbytes = spilled_rows = spilled_bytes = 0
             for ts in ts_sorted[:cut]:

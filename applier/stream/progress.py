@@ -29,13 +29,27 @@ def ddl_key(ddl: DDLEvent) -> DDLKey:
 class SharedProgress:
     """Mutable view of what is applied, shared by all listeners of one daemon and its barrier."""
 
-    __slots__ = ("applied_ddls", "applied_ts", "table_ts")
+    __slots__ = ("_front", "applied_ddls", "applied_ts", "table_ts")
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         g = checkpoint.resolved_ts
         self.applied_ts: int = g
+        """Every row at or below it is applied, of every table (the checkpoint's resolved ts)."""
+        self._front = g
         self.table_ts: dict[TableKey, int] = {t: ts for t, ts in checkpoint.tables.items() if ts > g}
         self.applied_ddls: set[DDLKey] = {k for k in checkpoint.applied_ddls if k[0] > g}
+
+    @property
+    def front_ts(self) -> int:
+        """Every row at or below it is applied, of every table but those whose rows wait for a DDL
+        running beside the stream (``ddl_blocking = "tables"``, ``Barrier`` says more); the
+        applied ts when none waits."""
+        front = self._front
+        return front if front > self.applied_ts else self.applied_ts
+
+    @front_ts.setter
+    def front_ts(self, ts: int) -> None:
+        self._front = ts
 
     def is_ddl_applied(self, key: DDLKey) -> bool:
         return key[0] <= self.applied_ts or key in self.applied_ddls

@@ -43,6 +43,11 @@ class Window:
       base is no longer current.
     - ``streamed``: set instead of ``rows`` when some of the window's rows were spilled to disk
       (``applier.stream.spill``): they are read back and applied in pieces, still in one transaction.
+    - ``held``: (downstream) tables whose rows the window leaves out because a DDL of theirs runs
+      beside the stream (``ddl_blocking = "tables"``); their rows wait in the cache, so the window
+      may also hold rows at or below ``base_ts`` of tables that waited before it.
+    - ``floor_ts``: with tables waiting, the ts every table is applied up to after this window
+      (below ``target_ts``): what the checkpoint's resolved ts says (:attr:`resolved_ts`).
     """
 
     target_ts: int
@@ -53,6 +58,14 @@ class Window:
     tables: frozenset[TableKey]
     base_ts: int
     streamed: StreamedRows | None = None
+    held: frozenset[TableKey] = frozenset()
+    floor_ts: int | None = None
+
+    @property
+    def resolved_ts(self) -> int:
+        """The changefeed's resolved ts once the window is applied: every row of every table at or
+        below it is downstream."""
+        return self.target_ts if self.floor_ts is None else self.floor_ts
 
     @property
     def ddl_key(self) -> DDLKey | None:

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import pymysql
@@ -22,6 +23,7 @@ from applier.downstream.lock import lock_name
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
 from tests.integration import eager_workers
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
+from tests.integration.lock_holder import holding_tables
 from tests.integration.private_mariadb import PrivateMariaDB, start_plain_mariadb
 
 # One worker runs the module: the server is started once.
@@ -56,22 +58,36 @@ def _apply_connections(admin: pymysql.connections.Connection, feed: Changefeed) 
         return [int(r[0]) for r in cur.fetchall() if r[0] != holder]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(("workers", "blocking"), [(0, "all"), (2, "all"), (0, "tables")])
 @pytest.mark.parametrize("mode", ["all-classic", "all-new"])
-def test_killed_connections_and_a_held_lock_are_ridden_out(feed: Changefeed, mode: str, workers: int) -> None:
+def test_killed_connections_and_a_held_lock_are_ridden_out(
+    feed: Changefeed, mode: str, workers: int, blocking: str
+) -> None:
     """Every producer order of the architecture at once (docs/open-protocol.md §5.1-§5.4); with
     ``workers``, two worker sessions write the keyed rows of every window (``eager_workers``):
     their connections are killed too, and they wait on the held lock, fail and leave the window
-    to its own session, which waits in turn and replays."""
+    to its own session, which waits in turn and replays. With ``blocking = "tables"`` the DDLs
+    are made to last (``lock_holder``) and run beside the stream, on sessions that are killed too."""
     schema = feed.new_schema()
     sim = simulate(
         StreamConfig(seed=41, partitions=4, transactions=1500, schema=schema, **PRODUCER_MODES[mode])
     )
     produce_simulation(feed.bootstrap, feed.topic, sim)
-    feed.extra_args += ["--max-txn-rows", "10"]
+    feed.extra_args += ["--max-txn-rows", "10", "--ddl-blocking", blocking]
     if workers:
         feed.module = eager_workers.__name__
         feed.extra_args += ["--apply-workers", str(workers)]
+    lasting = holding_tables(feed.mariadb_params, schema, seed=41) if blocking == "tables" else nullcontext()
+    with lasting:
+        _ride_out(feed, schema, workers)
+    done = feed.run_to_end()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+def _ride_out(feed: Changefeed, schema: str, workers: int) -> None:
+    """Kill the daemon's sessions, then hold row locks past its lock wait timeout: the daemon
+    must live through both."""
     admin = feed.connect()
     with admin.cursor() as cur:
         cur.execute("SELECT @@GLOBAL.innodb_lock_wait_timeout")
@@ -116,6 +132,3 @@ def test_killed_connections_and_a_held_lock_are_ridden_out(feed: Changefeed, mod
     assert "fatal" not in log
     if workers:
         assert "workers=2" in log, "no window was written by the workers"
-    done = feed.run_to_end()
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert feed.compare(sim, sim.final_resolved_ts) == []

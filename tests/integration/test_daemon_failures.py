@@ -11,6 +11,7 @@ import pytest
 from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, produce_simulation, simulate
 from tests.integration import eager_workers, tight_read_ahead
 from tests.integration.harness import Changefeed, kill_loop, read_log, stop, wait_for_output
+from tests.integration.lock_holder import holding_tables
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -118,3 +119,20 @@ def test_standby_takes_over_when_the_active_instance_dies(feed: Changefeed) -> N
     assert time.monotonic() - took_over < 15
     assert second.wait(timeout=180) == 0
     assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+@pytest.mark.parametrize("mode", ["all-classic", "all-new"])
+def test_kill_loop_converges_with_ddls_holding_only_their_tables(
+    feed: Changefeed, tmp_path, mode: str
+) -> None:
+    """The same with ddl_blocking = "tables" and DDLs made to last (``lock_holder``): kills land
+    while tables wait for a DDL beside the stream, with the checkpoint below the DDL and the other
+    tables' per-table ts past it; the restart runs the DDL again and applies each row once."""
+    sim = _produced_for_small_transactions(
+        feed, 5, seed=29, partitions=4, transactions=1200, **PRODUCER_MODES[mode]
+    )
+    feed.extra_args += ["--ddl-blocking", "tables"]
+    with holding_tables(feed.mariadb_params, sim.config.schema, seed=29) as held:
+        log = _killed_then_run_to_the_end(feed, sim, tmp_path, random.Random(10), runs=6, delay=(0.2, 2.4))
+    assert held, "the lock holder never held a table"
+    assert "held_tables=" in log, "no window went on past a DDL still running"

@@ -82,15 +82,24 @@ def hot_rows(feed: Changefeed, db: str) -> int:
 
 
 def indexes(feed: Changefeed, db: str, table: str) -> list[str]:
+    return sorted(set(catalogue(feed, "INDEX_NAME", "STATISTICS", db, table)))
+
+
+def columns(feed: Changefeed, db: str, table: str) -> list[str]:
+    return catalogue(feed, "COLUMN_NAME", "COLUMNS", db, table)
+
+
+def catalogue(feed: Changefeed, column: str, view: str, db: str, table: str) -> list[str]:
+    """One column of an information_schema view for a table, in the view's order."""
     conn = feed.connect()
     try:
         with conn.cursor() as cur:
             cur.execute(
-                "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
-                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                f"SELECT {column} FROM information_schema.{view} WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_NAME = %s ORDER BY " + ("ORDINAL_POSITION" if view == "COLUMNS" else "1"),
                 (db, table),
             )
-            return sorted(r[0] for r in cur.fetchall())
+            return [r[0] for r in cur.fetchall()]
     finally:
         conn.close()
 
