@@ -4,6 +4,7 @@ database checks, and running the daemon as a child process with its peak RSS mea
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import os
 import random
@@ -640,6 +641,21 @@ def start_private_db(buffer_pool: str):
         f"--innodb-buffer-pool-size={buffer_pool}",
         "--max-connections=200",
     )
+
+
+def start_services(args, cleanup: contextlib.ExitStack):
+    """The database (a private one with ``--private-db``: ``args.downstream`` then names it) and
+    an embedded broker, both stopped when ``cleanup`` closes; returns the database's connection
+    parameters and the broker."""
+    from applier.kafka.embedded_broker import start_broker
+
+    if args.private_db:
+        server = start_private_db(args.buffer_pool)
+        cleanup.callback(server.stop)
+        args.downstream = server.url
+    broker = start_broker()
+    cleanup.callback(broker.stop)
+    return db_params(args.downstream), broker
 
 
 def database_line(conn: pymysql.connections.Connection, url: str, private: bool) -> str:

@@ -47,17 +47,16 @@ from _common import (
     DaemonProcess,
     daemon_command,
     database_line,
-    db_params,
     finish_producing,
     log_entries,
     new_producer,
     pct,
     private_db_arguments,
     send,
-    start_private_db,
+    start_services,
 )
 
-from applier.kafka.embedded_broker import create_topic, start_broker
+from applier.kafka.embedded_broker import create_topic
 from applier.simulator.encoder import frame
 
 _TYPE_BIGINT, _TYPE_INT, _TYPE_VARCHAR = 8, 3, 15
@@ -353,13 +352,7 @@ def main() -> int:
     private_db_arguments(ap, buffer_pool="2G")
     args = ap.parse_args()
     with contextlib.ExitStack() as cleanup:
-        if args.private_db:
-            server = start_private_db(args.buffer_pool)
-            cleanup.callback(server.stop)
-            args.downstream = server.url
-        params = db_params(args.downstream)
-        broker = start_broker()
-        cleanup.callback(broker.stop)
+        params, broker = start_services(args, cleanup)
         with pymysql.connect(**params) as conn:
             print(database_line(conn, args.downstream, args.private_db))
         print(

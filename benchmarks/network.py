@@ -1,0 +1,185 @@
+"""The apply rate across a network: ``applier run`` through a delay line to the database.
+
+What it does: for each ``--rtts`` round trip (milliseconds; 0, 2, 5 and 10 by default), a backlog
+of ``--events`` row events over ``--tables`` tables and ``--partitions`` partitions (the stream of
+``apply.py``: transactions of 1-7 rows, 70% inserts, 20% updates, 10% deletes) is produced into a
+fresh topic and applied by ``applier run --exit-when-caught-up`` whose downstream URL names a delay
+line in front of the database: every chunk read from either side is forwarded half the round
+trip later, without holding back the chunks behind it (a link's latency, not its bandwidth). Beside
+it, the final rows inserted raw through the same delay line with multi-row INSERTs from one session
+(``--raw-batch`` rows a statement, a commit every ``--raw-commit``): what one session can do across
+that link. Prints, per round trip, the daemon's rows/s and the raw rows/s, each beside its own
+rate at 0 ms of the same run, and checks the daemon's tables against the stream (row count and
+checksum). Prints figures, never asserts; exits 1 when the daemon failed or the data differ.
+
+The delay line is Python threads on the same two cores as the daemon and the database: at 0 ms it
+still costs a copy of every byte, which is why 0 ms goes through it too (the ratios compare like
+with like).
+
+Run from the repository root (``--private-db``: a ``mariadbd`` of its own, sized for the data):
+
+    .venv/bin/python benchmarks/network.py --private-db
+    .venv/bin/python benchmarks/network.py --private-db --events 100000 --rtts 0 10
+    .venv/bin/python benchmarks/network.py --private-db --rtts 0 10 -- --apply-workers 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import pymysql
+from _common import (
+    PAD_BYTES,
+    Generator,
+    checksum_expected,
+    daemon_command,
+    daemon_result,
+    database_line,
+    private_db_arguments,
+    produce,
+    run_daemon,
+    settle_database,
+    start_services,
+)
+from apply import raw_insert
+
+
+class DelayLine:
+    """Forwards ``127.0.0.1:port`` to ``target`` with ``delay`` seconds added to every chunk, each
+    direction: a reader thread stamps what it reads, a writer thread sends it when due."""
+
+    def __init__(self, target: tuple[str, int], delay: float) -> None:
+        self.target, self.delay = target, delay
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._socks:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socks += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                self._pipe(src, dst)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        chunks: collections.deque[tuple[float, bytes]] = collections.deque()
+        ready = threading.Condition()
+
+        def read() -> None:
+            with contextlib.suppress(OSError):
+                while data := src.recv(1 << 16):
+                    with ready:
+                        chunks.append((time.monotonic() + self.delay, data))
+                        ready.notify()
+            with ready:
+                chunks.append((0.0, b""))
+                ready.notify()
+
+        def write() -> None:
+            while True:
+                with ready:
+                    while not chunks:
+                        ready.wait()
+                    due, data = chunks.popleft()
+                if not data:
+                    with contextlib.suppress(OSError):
+                        dst.shutdown(socket.SHUT_WR)
+                    return
+                if (wait := due - time.monotonic()) > 0:
+                    time.sleep(wait)
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    return
+
+        threading.Thread(target=read, daemon=True).start()
+        threading.Thread(target=write, daemon=True).start()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--downstream", default="mysql://root@127.0.0.1:3306/")
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--tables", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--rtts", type=float, nargs="+", default=[0, 2, 5, 10], help="round trips, ms")
+    ap.add_argument("--resolved-every", type=int, default=200)
+    ap.add_argument("--raw-batch", type=int, default=1000)
+    ap.add_argument("--raw-commit", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("daemon_args", nargs="*", help="extra `applier run` options (after --)")
+    private_db_arguments(ap, buffer_pool="2G")
+    args = ap.parse_args()
+    ok = True
+    with contextlib.ExitStack() as cleanup:
+        params, broker = start_services(args, cleanup)
+        admin = pymysql.connect(**params)
+        cleanup.callback(admin.close)
+        print(database_line(admin, args.downstream, args.private_db))
+        print(f"{args.events:,} row events, {args.tables} tables, {args.partitions} partitions per run")
+        base: dict[str, float] = {}
+        for rtt in args.rtts:
+            line = DelayLine((params["host"], params["port"]), rtt / 2000.0)
+            cleanup.callback(line.close)
+            tag = uuid.uuid4().hex[:8]
+            schema, raw_schema, ckpt = f"net_{tag}", f"net_raw_{tag}", f"net_ckpt_{tag}"
+            gen = Generator(schema, args.partitions, args.seed, args.resolved_every, tables=args.tables)
+            topic, group = f"net-{tag}", f"net_{tag}"
+            st = produce(broker.bootstrap, topic, gen, args.events)
+            far = f"mysql://{params['user']}@127.0.0.1:{line.port}/"
+            settle_database(admin)
+            more = ("--http-listen", "off", *args.daemon_args)
+            cmd, env = daemon_command(broker.bootstrap, topic, group, far, ckpt, *more)
+            run = run_daemon(cmd, env)
+            seconds, got = daemon_result(admin, run, schema, ckpt, group, args.tables)
+            daemon_rate = st.events / seconds
+            settle_database(admin)
+            raw_s = raw_insert(
+                {**params, "host": "127.0.0.1", "port": line.port},
+                raw_schema,
+                st.finals,
+                PAD_BYTES,
+                args.raw_batch,
+                args.raw_commit,
+            )
+            raw_rate = st.final_rows / raw_s
+            base.setdefault("daemon", daemon_rate)
+            base.setdefault("raw", raw_rate)
+            same = got == checksum_expected(*st.finals)
+            ok = ok and same
+            ratio, raw_ratio = daemon_rate / base["daemon"], raw_rate / base["raw"]
+            print(
+                f"rtt {rtt:4g} ms: daemon {daemon_rate:9,.0f} events/s ({ratio:.2f}x of {args.rtts[0]:g} ms)"
+                ", "
+                f"raw INSERT {raw_rate:9,.0f} rows/s ({raw_ratio:.2f}x); "
+                + ("data equal to the stream" if same else f"DATA DIFFERENT (daemon exit {run.returncode})")
+            )
+            for name in (schema, raw_schema, ckpt):
+                with admin.cursor() as cur:
+                    cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            line.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
