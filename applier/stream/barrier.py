@@ -288,13 +288,16 @@ class Barrier:
         ddl_ts = self._min_pending_ddl_ts()
         target = max(self._row_target(ddl_ts), front)
         listeners = self._listeners.values()
-        if any(lst.has_spilled(-1, target) for lst in listeners):
+        # The rows at or below the front ts are the waiting tables' only: looked at again only
+        # once one of those tables is released, not every time the loop asks.
+        after = front if self._held.keys() <= held else -1
+        if any(lst.has_spilled(after, target) for lst in listeners):
             return None
         rows: list[RowEvent] = []
         tables: set[TableKey] = set()
         waits = self._waits(held)
         for lst in listeners:
-            lst.collect(-1, target, rows, tables, waits)
+            lst.collect(after, target, rows, tables, waits)
         if rows or target > front:
             return self._beside(target, None, rows, tables, held)
         if ddl_ts is None or ddl_ts > self.global_resolved():

@@ -191,6 +191,11 @@ def _touches(group: _TsGroup, held: Callable[[TableKey], bool]) -> bool:
     return held(group.table) or (group.more_tables is not None and any(map(held, group.more_tables)))
 
 
+def _only(group: _TsGroup, held: Callable[[TableKey], bool]) -> bool:
+    """Whether every row of a group is of a table ``held`` is true for (no row to look at)."""
+    return held(group.table) and (group.more_tables is None or all(map(held, group.more_tables)))
+
+
 @dataclass(slots=True)
 class _Pending:
     event: DDLEvent
@@ -416,6 +421,8 @@ class PartitionListener:
         for t in ts_sorted[bisect_right(ts_sorted, after) : bisect_right(ts_sorted, upto)]:
             group = groups[t]
             if held is not None and _touches(group, held):
+                if _only(group, held):
+                    continue
                 for row in group.rows:
                     table = (row.schema, row.table)
                     if not held(table):
@@ -742,6 +749,9 @@ class PartitionListener:
         kept_ts: list[int] = []
         for ts in ts_sorted[:cut]:
             group = groups[ts]
+            if _only(group, held):  # a group kept before: every row still waits
+                kept_ts.append(ts)
+                continue
             rows = []
             if _touches(group, held):
                 rows = [row for row in group.rows if held((row.schema, row.table))]
