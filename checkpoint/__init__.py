@@ -17,6 +17,8 @@ from checkpoint.store import (
     CheckpointStore,
     FencedOut,
     JournalEntry,
+    Progress,
+    ProgressWrite,
     ddl_digest,
     ddl_fields,
 )
@@ -29,6 +31,8 @@ __all__ = [
     "CheckpointStore",
     "FencedOut",
     "JournalEntry",
+    "Progress",
+    "ProgressWrite",
     "ddl_digest",
     "ddl_fields",
     "ensure_schema",

@@ -179,21 +179,23 @@ def _upsert_forward(
     columns: Sequence[str],
     forward: Sequence[str],
     rows: Sequence[tuple],
-) -> None:
-    """Write ``rows`` (the values of ``columns``) into ``table`` (quoted), ``updated_at`` now, a
-    multi-row statement per chunk. On an existing key the columns of ``forward`` only move
-    forward (``GREATEST``): a checkpoint never goes back, even when a late writer repeats an
-    older one."""
+) -> list[str]:
+    """The statements that write ``rows`` (the values of ``columns``) into ``table`` (quoted),
+    ``updated_at`` now, a multi-row statement per chunk, values bound by ``cur``'s session. On an
+    existing key the columns of ``forward`` only move forward (``GREATEST``): a checkpoint never
+    goes back, even when a late writer repeats an older one."""
     names = ", ".join(f"`{c}`" for c in (*columns, "updated_at"))
     row_sql = "(" + "%s, " * len(columns) + "UTC_TIMESTAMP(6))"
     updates = "".join(f"`{c}` = GREATEST(`{c}`, VALUES(`{c}`)), " for c in forward)
-    for chunk in _chunks(rows):
-        cur.execute(
+    return [
+        cur.mogrify(
             f"INSERT INTO {table} ({names}) VALUES "
             + ", ".join([row_sql] * len(chunk))
             + f" ON DUPLICATE KEY UPDATE {updates}`updated_at` = VALUES(`updated_at`)",
             [v for r in chunk for v in r],
         )
+        for chunk in _chunks(rows)
+    ]
 
 
 def _check_partition(value: object) -> int:
@@ -222,6 +224,47 @@ def _chunks(
         total += n
     if start < len(rows):
         yield rows[start:]
+
+
+class Progress(TypedDict, total=False):
+    """What :meth:`CheckpointStore.write` records (every key but ``owner`` is required)."""
+
+    topic: str | None
+    resolved_ts: int
+    tables: Mapping[tuple[str, str], int]
+    offsets: Mapping[int, int] | Mapping[tuple[str, int], int]
+    partition_resolved: Mapping[int, int] | Mapping[tuple[str, int], int]
+    owner: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressWrite:
+    """The statements of a checkpoint write (:meth:`CheckpointStore.progress_write`), values
+    bound; with an owner, the first one is the fence's read, which :meth:`check` judges."""
+
+    texts: list[str]
+    owner: str | None
+    changefeed: str
+
+    @property
+    def fetch(self) -> tuple[int, ...]:
+        """The indexes of the statements whose rows :meth:`check` needs."""
+        return () if self.owner is None else (0,)
+
+    def check(self, rows: Mapping[int, tuple[Any, ...]], offset: int = 0) -> None:
+        """Raise :class:`FencedOut` unless the fence read (statement ``offset`` of the batch the
+        texts were run in) found ``owner`` as the changefeed's claimant."""
+        if self.owner is not None:
+            _check_owner(self.changefeed, self.owner, rows.get(offset, ()))
+
+
+def _check_owner(changefeed: str, owner: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    current = rows[0][0] if rows else None
+    if current != owner:
+        raise FencedOut(
+            f"changefeed {changefeed!r} is now owned by {current!r}, not {owner!r}: "
+            "another instance took over; stop applying"
+        )
 
 
 class CheckpointStore:
@@ -349,27 +392,35 @@ class CheckpointStore:
             )
         conn.commit()
 
-    def write(
-        self,
-        cur: pymysql.cursors.Cursor,
-        *,
-        topic: str | None,
-        resolved_ts: int,
-        tables: Mapping[tuple[str, str], int],
-        offsets: Mapping[int, int] | Mapping[tuple[str, int], int],
-        partition_resolved: Mapping[int, int] | Mapping[tuple[str, int], int],
-        owner: str | None = None,
-    ) -> None:
-        """Record progress inside the caller's open transaction (commit it with the data rows).
+    def write(self, cur: pymysql.cursors.Cursor, **progress: Unpack[Progress]) -> None:
+        """Record progress inside the caller's open transaction (commit it with the data rows):
+        the statements of :meth:`progress_write`, one at a time (the daemon sends them in the
+        packets of its windows instead, ``applier.downstream.batch``)."""
+        write = self.progress_write(cur, **progress)
+        rows = {}
+        for i, text in enumerate(write.texts):
+            cur.execute(text)
+            if i in write.fetch:
+                rows[i] = cur.fetchall()
+        write.check(rows)
+
+    def progress_write(self, cur: pymysql.cursors.Cursor, **progress: Unpack[Progress]) -> ProgressWrite:
+        """The statements that record progress, values bound by ``cur``'s session; run them in the
+        caller's open transaction and :meth:`ProgressWrite.check` what the fence read, before the
+        commit that makes them hold together with the data rows.
 
         Only the tables and partitions given are touched. Every value moves forward only
         (``GREATEST``). ``partition_resolved`` may only name partitions that are in ``offsets``.
         A partition is a partition number of ``topic``, or ``(topic, partition)`` when the
         changefeed reads several topics (``topic`` then describes the set).
-        ``topic=None`` keeps the stored topic. With ``owner``, first locks the changefeed row and
-        raises :class:`FencedOut` unless ``owner`` is the last claimant (see :meth:`claim`); the
-        row lock is held until the caller commits, which is what makes the fence airtight.
+        ``topic=None`` keeps the stored topic. With ``owner``, the first statement locks the
+        changefeed row, and the check raises :class:`FencedOut` unless ``owner`` is its last
+        claimant (see :meth:`claim`); the row lock is held until the caller commits, which is what
+        makes the fence airtight.
         """
+        topic, resolved_ts = progress["topic"], progress["resolved_ts"]
+        tables, offsets = progress["tables"], progress["offsets"]
+        partition_resolved, owner = progress["partition_resolved"], progress.get("owner")
         if topic is not None:
             _check_name("topic", topic, allow_empty=False)
         _check_ts("resolved_ts", resolved_ts)
@@ -397,23 +448,28 @@ class CheckpointStore:
             )
             for p, off in offsets.items()
         )
-
-        self.fence(cur, owner)
-
-        cur.execute(
-            f"INSERT INTO {self._t('changefeed')} (`changefeed`, `topic`, `resolved_ts`, `updated_at`) "
-            "VALUES (%s, %s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "
-            "`topic` = COALESCE(VALUES(`topic`), `topic`), "
-            "`resolved_ts` = GREATEST(`resolved_ts`, VALUES(`resolved_ts`)), "
-            "`updated_at` = VALUES(`updated_at`)",
-            (self.changefeed, topic, resolved_ts),
+        texts = [] if owner is None else [cur.mogrify(self._fence_sql(shared=False), (self.changefeed,))]
+        texts.append(
+            cur.mogrify(
+                f"INSERT INTO {self._t('changefeed')} (`changefeed`, `topic`, `resolved_ts`, `updated_at`) "
+                "VALUES (%s, %s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "
+                "`topic` = COALESCE(VALUES(`topic`), `topic`), "
+                "`resolved_ts` = GREATEST(`resolved_ts`, VALUES(`resolved_ts`)), "
+                "`updated_at` = VALUES(`updated_at`)",
+                (self.changefeed, topic, resolved_ts),
+            )
         )
         columns = ("changefeed", "schema_name", "table_name", "checkpoint_ts")
-        _upsert_forward(cur, self._t("table_checkpoint"), columns, ("checkpoint_ts",), table_rows)
+        texts += _upsert_forward(cur, self._t("table_checkpoint"), columns, ("checkpoint_ts",), table_rows)
         columns = ("changefeed", "topic", "partition_id", "next_offset", "resolved_ts")
-        _upsert_forward(
+        texts += _upsert_forward(
             cur, self._t("partition_offset"), columns, ("next_offset", "resolved_ts"), partition_rows
         )
+        return ProgressWrite(texts, owner, self.changefeed)
+
+    def _fence_sql(self, *, shared: bool) -> str:
+        lock = "LOCK IN SHARE MODE" if shared else "FOR UPDATE"
+        return f"SELECT `owner` FROM {self._t('changefeed')} WHERE `changefeed` = %s {lock}"
 
     def fence(self, cur: pymysql.cursors.Cursor, owner: str | None, *, shared: bool = False) -> None:
         """Lock the changefeed row and raise :class:`FencedOut` unless ``owner`` is its last
@@ -424,18 +480,8 @@ class CheckpointStore:
         all of them."""
         if owner is None:
             return
-        lock = "LOCK IN SHARE MODE" if shared else "FOR UPDATE"
-        cur.execute(
-            f"SELECT `owner` FROM {self._t('changefeed')} WHERE `changefeed` = %s {lock}",
-            (self.changefeed,),
-        )
-        row = cur.fetchone()
-        current = row[0] if row else None
-        if current != owner:
-            raise FencedOut(
-                f"changefeed {self.changefeed!r} is now owned by {current!r}, not {owner!r}: "
-                "another instance took over; stop applying"
-            )
+        cur.execute(self._fence_sql(shared=shared), (self.changefeed,))
+        _check_owner(self.changefeed, owner, cur.fetchall())
 
     def _ddl_row(self, ddl: DDLFields) -> tuple[Any, ...]:
         """The values of the columns that describe a DDL in ``applied_ddl`` and ``ddl_journal``

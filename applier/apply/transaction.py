@@ -40,6 +40,8 @@ class TransactionRunner:
     ever, what a daemon riding out a database restart wants). ``on_connect`` is called with each
     new session; ``on_reconnect`` after a reconnect, once the previous session is ended.
     ``session`` names the current session on the server (the statement watch looks for its id).
+    ``multi_statements``: its sessions take several statements a packet (``applier.downstream.batch``),
+    for units that run the applier's own statements only.
     """
 
     def __init__(
@@ -52,8 +54,10 @@ class TransactionRunner:
         sleep: Callable[[float], None] = time.sleep,
         on_connect: Callable[[pymysql.connections.Connection], None] | None = None,
         on_reconnect: Callable[[], None] | None = None,
+        multi_statements: bool = False,
     ) -> None:
         self.downstream = downstream
+        self.multi_statements = multi_statements
         self.max_time = max_time
         self.backoff = backoff or Backoff(initial=0.2, maximum=10.0)
         self.on_retry = on_retry
@@ -68,7 +72,7 @@ class TransactionRunner:
     def conn(self) -> pymysql.connections.Connection:
         """The session, opened when first needed."""
         if self._conn is None:
-            conn = connect(self.downstream)
+            conn = connect(self.downstream, multi_statements=self.multi_statements)
             try:
                 self.session = session_ref(conn)
                 if self.on_connect is not None:

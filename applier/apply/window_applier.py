@@ -23,6 +23,7 @@ from applier.apply.online_ddl import OnlineDDLs, beside_scope, runs_online
 from applier.apply.transaction import TransactionRunner
 from applier.apply.workers import MIN_ROWS, WorkerFailed, WorkerSessions
 from applier.codec.events import RowEvent, tso_physical_ms
+from applier.downstream.batch import BatchFailed, execute_batch
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.retry import Backoff, RetryInfo, RetryLog
 from applier.downstream.url import DownstreamConfig
@@ -31,7 +32,7 @@ from applier.errors import FatalError
 from applier.ops.logs import get_logger
 from applier.ops.redact import redact_text
 from applier.stream.window import Window
-from checkpoint import CheckpointStore, FencedOut
+from checkpoint import CheckpointStore, FencedOut, Progress, ProgressWrite
 from sqlgen import (
     BINLOG_CACHE_FULL,
     Dialect,
@@ -269,6 +270,7 @@ class WindowApplier:
             sleep=self._sleep,
             on_connect=self._on_connect,
             on_reconnect=self._on_reconnect,
+            multi_statements=True,  # rows and checkpoint in few packets (applier.downstream.batch)
         )
 
     # -- connection ----------------------------------------------------------------------------
@@ -491,11 +493,10 @@ class WindowApplier:
             )
         return counts
 
-    def _write_checkpoint(self, cur: pymysql.cursors.Cursor, window: Window) -> None:
+    def _progress(self, window: Window) -> Progress:
         key = self._partition_key
         offsets = {p: o for p, o in window.resume_offsets.items() if o is not None}
-        self._store.write(
-            cur,
+        return Progress(
             topic=self._topic,
             resolved_ts=window.resolved_ts,
             tables=dict.fromkeys(window.tables, window.target_ts),
@@ -503,6 +504,9 @@ class WindowApplier:
             partition_resolved={key(p): ts for p, ts in window.resolved.items() if p in offsets},
             owner=self._owner,
         )
+
+    def _write_checkpoint(self, cur: pymysql.cursors.Cursor, window: Window) -> None:
+        self._execute(cur, [], [], window, self._store.progress_write(cur, **self._progress(window)))
 
     def _apply_rows(self, prepared: PreparedWindow) -> dict[tuple[str, str, str], int]:
         """One transaction: deletes, replaces and keyless ops of the window, then the checkpoint.
@@ -535,8 +539,10 @@ class WindowApplier:
                 if not takes_early:
                     self._drop_early()
                 with conn.cursor() as cur:
+                    # The checkpoint goes in the last packet of the window's statements.
+                    checkpoint = self._store.progress_write(cur, **self._progress(window))
                     if takes_early:
-                        bind = self._execute(cur, prepared.statements, prepared.queries, window)
+                        bind = self._execute(cur, prepared.statements, prepared.queries, window, checkpoint)
                         plans.extend(early.plans)
                         if prepared.plan is not None:
                             plans.append(prepared.plan)
@@ -544,7 +550,7 @@ class WindowApplier:
                         whole = prepared
                         if prepared.early is not None:  # planned on top of early writes now gone
                             whole = self._prepare(window, window.rows, window.tables, None)
-                        bind = self._execute_window(cur, whole)
+                        bind = self._execute_window(cur, whole, checkpoint)
                         if whole.plan is not None:
                             plans.append(whole.plan)
                     else:
@@ -554,7 +560,7 @@ class WindowApplier:
                             chunk_stmts = list(statements(chunk_plan, self._dialect, self._router))
                             bind += self._execute(cur, chunk_stmts, None, window)
                             _add_counts(streamed_counts, chunk_plan)
-                    self._write_checkpoint(cur, window)
+                        self._execute(cur, [], [], window, checkpoint)
                 self._before_commit()
                 conn.commit()
             except BaseException:
@@ -611,10 +617,13 @@ class WindowApplier:
         self._tx.rollback_quietly()
         self.early.missed(error)
 
-    def _execute_window(self, cur: pymysql.cursors.Cursor, prepared: PreparedWindow) -> float:
-        """Run a window's statements on this session, or, when it is large enough and workers are
-        configured, its keyed statements on the workers and the rest here (applier.apply.workers);
-        returns the seconds spent binding values here."""
+    def _execute_window(
+        self, cur: pymysql.cursors.Cursor, prepared: PreparedWindow, checkpoint: ProgressWrite
+    ) -> float:
+        """Run a window's statements and then ``checkpoint`` on this session, or, when it is large
+        enough and workers are configured, its keyed statements on the workers and the rest here
+        (applier.apply.workers), the checkpoint once every worker committed (its fence's row lock
+        would hold up theirs); returns the seconds spent binding values here."""
         window, stmts, queries = prepared.window, prepared.statements, prepared.queries
         workers = self._workers
         self._workers_used = 0
@@ -622,7 +631,7 @@ class WindowApplier:
         if workers is not None and queries is not None and prepared.plan is not None:
             split = workers.split(prepared.plan, stmts, self._router)
         if split is None or queries is None or workers is None:
-            return self._execute(cur, stmts, queries, window)
+            return self._execute(cur, stmts, queries, window, checkpoint)
         own, shares = split
         for st, query in zip(stmts, queries, strict=True):
             # As on one session: a statement the server would refuse fails the window before any is sent.
@@ -642,7 +651,7 @@ class WindowApplier:
                 failed = exc
         if failed is None:
             self._workers_used = len(started)
-            return 0.0
+            return self._execute(cur, [], [], window, checkpoint)
         cause = failed.__cause__
         if isinstance(cause, FencedOut):
             raise cause
@@ -654,33 +663,42 @@ class WindowApplier:
             resolved_ts=window.target_ts,
         )
         cur.connection.rollback()
-        return self._execute(cur, stmts, queries, window)
+        return self._execute(cur, stmts, queries, window, checkpoint)
 
     def _execute(
-        self, cur: pymysql.cursors.Cursor, stmts: list[Statement], queries: list[str] | None, window: Window
+        self,
+        cur: pymysql.cursors.Cursor,
+        stmts: list[Statement],
+        queries: list[str] | None,
+        window: Window,
+        checkpoint: ProgressWrite | None = None,
     ) -> float:
-        """Run the statements of a window (``queries``: their text, already bound); returns the
-        seconds spent binding values. A permanent error becomes an ``ApplyError`` naming the row."""
-        clock = time.monotonic
+        """Run the statements of a window (``queries``: their text, already bound), then those of
+        ``checkpoint``, in as few packets as the session takes (applier.downstream.batch); returns
+        the seconds spent binding values. A permanent error becomes an ``ApplyError`` naming the row."""
         bind = 0.0
-        for i, st in enumerate(stmts):
-            try:
-                if queries is None:
-                    started = clock()
-                    query = st.bound(cur.connection.escape)
-                    bind += clock() - started
-                else:
-                    query = queries[i]
-                self._check_size(st, query, window)
-                cur.execute(query)  # no args: pymysql sends it as it is
-            except pymysql.MySQLError as exc:
-                if is_transient(exc) or error_code(exc) in BINLOG_CACHE_FULL:
-                    raise  # replayed, or said by _retry for the whole window
-                raise ApplyError(
-                    f"downstream refused {st.kind.upper()} on {st.schema}.{st.table} "
-                    f"(first key {st.first_key!r}, {st.rows} rows, window up to ts "
-                    f"{window.target_ts}): MySQL error {error_code(exc)}: {exc.args[-1]}"
-                ) from None
+        if queries is None:
+            started = time.monotonic()
+            queries = [st.bound(cur.connection.escape) for st in stmts]
+            bind = time.monotonic() - started
+        for st, query in zip(stmts, queries, strict=True):
+            self._check_size(st, query, window)  # before anything is sent
+        texts = queries if checkpoint is None else [*queries, *checkpoint.texts]
+        fetch = () if checkpoint is None else [len(queries) + i for i in checkpoint.fetch]
+        try:
+            rows = execute_batch(cur, texts, fetch=fetch)
+        except BatchFailed as failed:
+            exc = failed.error
+            if failed.index >= len(stmts) or is_transient(exc) or error_code(exc) in BINLOG_CACHE_FULL:
+                raise exc from None  # the checkpoint's, replayed, or said by _retry for the whole window
+            st = stmts[failed.index]
+            raise ApplyError(
+                f"downstream refused {st.kind.upper()} on {st.schema}.{st.table} "
+                f"(first key {st.first_key!r}, {st.rows} rows, window up to ts "
+                f"{window.target_ts}): MySQL error {error_code(exc)}: {exc.args[-1]}"
+            ) from None
+        if checkpoint is not None:
+            checkpoint.check(rows, len(queries))
         return bind
 
     def _check_size(self, st: Statement, query: str, window: Window) -> None:

@@ -72,7 +72,9 @@ class WorkerSessions:
         min_rows: int = MIN_ROWS,
     ) -> None:
         self.min_rows = min_rows
-        self._runners = [TransactionRunner(downstream, max_time=None) for _ in range(count)]
+        self._runners = [
+            TransactionRunner(downstream, max_time=None, multi_statements=True) for _ in range(count)
+        ]
         self._lost = [False] * count  # the session failed: end it and open a new one before its next use
         self._fence = fence
         self._pool = ThreadPoolExecutor(count, thread_name_prefix="applier-worker")

@@ -47,7 +47,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pymysql
+from pymysql.constants import CLIENT
 
+from applier.downstream.batch import BatchFailed, execute_batch, multi_statements
 from applier.downstream.errors import (
     PRIVILEGE_CODES,
     UNREACHABLE_CODES,
@@ -136,11 +138,16 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.connections.Connection:
+def connect(
+    cfg: DownstreamConfig, *, autocommit: bool = False, multi_statements: bool = False
+) -> pymysql.connections.Connection:
     """Open and configure a session; raises :class:`DownstreamConnectError` (or its subclass
     :class:`DownstreamUnreachable`) with a one-line, password-free message on failure.
 
     ``autocommit=True`` is for sessions that never write rows (the single-active lock).
+    ``multi_statements``: the session takes several statements in one packet
+    (:mod:`applier.downstream.batch`), for sessions that run the applier's own statements only,
+    never the upstream DDL text; the settings below then cost a single round trip.
     """
     tls = tls_kwargs(cfg)
     try:
@@ -151,7 +158,8 @@ def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.conne
             # Bytes: PyMySQL would encode a str password as latin-1, which fails for most scripts.
             password=cfg.password.reveal().encode("utf-8"),
             charset="utf8mb4",
-            autocommit=autocommit,
+            autocommit=None,  # set with the other session settings, in the same round trip
+            client_flag=CLIENT.MULTI_STATEMENTS if multi_statements else 0,
             connect_timeout=cfg.connect_timeout,
             read_timeout=cfg.read_timeout,
             write_timeout=cfg.write_timeout,
@@ -187,7 +195,7 @@ def connect(cfg: DownstreamConfig, *, autocommit: bool = False) -> pymysql.conne
         ) from exc
     try:
         _keep_alive(conn)
-        _configure(conn, cfg)
+        _configure(conn, cfg, autocommit)
     except BaseException:
         close_quietly(conn)
         raise
@@ -297,17 +305,30 @@ class SessionRef:
 
 
 def _server_started(cur: Any) -> float:
-    cur.execute("SELECT UNIX_TIMESTAMP()")
-    now = float(cur.fetchone()[0])
-    cur.execute("SHOW GLOBAL STATUS LIKE 'Uptime'")
-    return now - float(cur.fetchone()[1])
+    cur.execute(_SESSION_REF[0])
+    now = cur.fetchall()
+    cur.execute(_SESSION_REF[1])
+    return _started(now, cur.fetchall())
+
+
+def _started(now: Any, uptime: Any) -> float:
+    """The server's start, from the rows of ``SELECT UNIX_TIMESTAMP()`` and its uptime status."""
+    return float(now[0][0]) - float(uptime[0][1])
+
+
+def _session_ref(now: Any, uptime: Any, session_id: Any) -> SessionRef:
+    return SessionRef(int(session_id[0][0]), _started(now, uptime))
 
 
 def session_ref(conn: pymysql.connections.Connection) -> SessionRef:
-    """The :class:`SessionRef` of ``conn``; opens no transaction."""
+    """The :class:`SessionRef` of ``conn``; opens no transaction. A session that takes several
+    statements a packet read it when it was set up (``_configure``)."""
+    known = getattr(conn, "applier_session", None)
+    if known is not None:
+        return known
     with conn.cursor() as cur:
         started = _server_started(cur)
-        cur.execute("SELECT CONNECTION_ID()")
+        cur.execute(_SESSION_REF[2])
         return SessionRef(int(cur.fetchone()[0]), started)
 
 
@@ -353,32 +374,55 @@ def end_session(
                 conn.rollback()  # the PROCESSLIST reads must not leave a transaction open
 
 
-def _configure(conn: pymysql.connections.Connection, cfg: DownstreamConfig) -> None:
+def _configure(conn: pymysql.connections.Connection, cfg: DownstreamConfig, autocommit: bool) -> None:
+    """Set the session up (the module docstring says what and why), in as few round trips as the
+    session takes statements (``applier.downstream.batch``); with several statements a packet,
+    also what :func:`session_ref` asks, kept on the connection."""
     sql_mode = DEFAULT_SQL_MODE if cfg.sql_mode is None else cfg.sql_mode
-    with conn.cursor() as cur:
+    texts = [
         # Must run before any transaction starts (1568 otherwise); SET never starts one.
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        cur.execute("SET SESSION foreign_key_checks = 0")
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        f"SET SESSION autocommit = {int(autocommit)}, foreign_key_checks = 0, "
+        f"time_zone = {conn.escape(cfg.time_zone)}, sql_mode = {conn.escape(sql_mode)}",
+        "SELECT @@SESSION.max_allowed_packet",
+    ]
+    ref = multi_statements(conn)
+    if ref:
+        texts += _SESSION_REF
+    conn.max_allowed_packet = 1 << 20  # enough for these few statements until the server's value is known
+    with conn.cursor() as cur:
         try:
-            cur.execute("SET SESSION time_zone = %s", (cfg.time_zone,))
-        except pymysql.err.MySQLError as exc:
-            if is_transient(exc):
-                raise
-            raise DownstreamConnectError(
-                f"the downstream database at {cfg.redacted()} rejected time_zone {cfg.time_zone!r} "
-                f"({_one_line(exc.args[1] if len(exc.args) > 1 else exc)}); use an offset such as +08:00, "
-                "or load the server's time zone tables to use names",
-                errno=error_code(exc),
-            ) from exc
-        try:
-            cur.execute("SET SESSION sql_mode = %s", (sql_mode,))
-        except pymysql.err.MySQLError as exc:
-            if is_transient(exc):
-                raise
-            raise DownstreamConnectError(
-                f"the downstream database at {cfg.redacted()} rejected sql_mode {sql_mode!r} "
-                f"({_one_line(exc.args[1] if len(exc.args) > 1 else exc)})",
-                errno=error_code(exc),
-            ) from exc
-        cur.execute("SELECT @@SESSION.max_allowed_packet")
-        conn.max_allowed_packet = int(cur.fetchone()[0])
+            rows = execute_batch(cur, texts, fetch=range(2, len(texts)))
+        except BatchFailed as failed:
+            raise _setting_refused(cfg, sql_mode, failed) from None
+    conn.max_allowed_packet = int(rows[2][0][0])
+    if ref:
+        conn.applier_session = _session_ref(rows[3], rows[4], rows[5])
+
+
+def _setting_refused(cfg: DownstreamConfig, sql_mode: str, failed: BatchFailed) -> BaseException:
+    """What the server's refusal of a session setting means (transient errors are passed on)."""
+    exc = failed.error
+    if failed.index != 1 or is_transient(exc):
+        return exc
+    reason = _one_line(exc.args[1] if len(exc.args) > 1 else exc)
+    if error_code(exc) == _UNKNOWN_TIME_ZONE:
+        return DownstreamConnectError(
+            f"the downstream database at {cfg.redacted()} rejected time_zone {cfg.time_zone!r} "
+            f"({reason}); use an offset such as +08:00, "
+            "or load the server's time zone tables to use names",
+            errno=error_code(exc),
+        )
+    return DownstreamConnectError(
+        f"the downstream database at {cfg.redacted()} rejected sql_mode {sql_mode!r} ({reason})",
+        errno=error_code(exc),
+    )
+
+
+_UNKNOWN_TIME_ZONE: Final = 1298
+_SESSION_REF: Final = (
+    "SELECT UNIX_TIMESTAMP()",
+    "SHOW GLOBAL STATUS LIKE 'Uptime'",
+    "SELECT CONNECTION_ID()",
+)
+"""What :func:`session_ref` reads: the server's start (now - uptime) and the session's id."""
