@@ -4,10 +4,12 @@ database checks, and running the daemon as a child process with its peak RSS mea
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import functools
 import os
 import random
+import socket
 import struct
 import subprocess
 import sys
@@ -146,6 +148,7 @@ class Generator:
         self.stream = Stream()
         self.stream.finals.extend({} for _ in range(tables - 1))
         self.create_table_ts = 0  # the commit ts of the first CREATE TABLE, once ``records`` sent it
+        self.batch_events = BATCH_EVENTS  # row events a record holds at most
         self._r = 0.0  # the draw of ``_inserts`` that ``_deletes`` decides by
 
     # Column order is by name (TiCDC marshals a Go map): c, id, k, pad.
@@ -218,6 +221,14 @@ class Generator:
         """Whether the live row just picked is deleted (else updated): 10% of all events here."""
         return self._r >= 0.9
 
+    def _size(self, left: int) -> int:
+        """Row events of the next transaction (``left`` to go): 1-7 here."""
+        return min(self.rng.randint(1, 7), left)
+
+    def _pick(self, live: list[int]) -> int:
+        """The live row an update or delete changes: any, uniformly, here."""
+        return live[self.rng.randrange(len(live))]
+
     # When things happen: the hooks a generator paced by the clock overrides.
 
     def _first_ts(self) -> int:
@@ -246,7 +257,7 @@ class Generator:
         """Add a row event to partition ``p``'s batch, sending the batch once full."""
         batch = self.pending[p]
         batch.append((key, value))
-        if len(batch) == BATCH_EVENTS:
+        if len(batch) == self.batch_events:
             yield from self._flush(p)
 
     def _flush_all(self) -> Iterator[tuple[int, bytes, bytes]]:
@@ -274,6 +285,7 @@ class Generator:
         kpre, ksufs = self.key_prefix, self.key_suffixes
         inserts, deletes = self._inserts, self._deletes
         next_ts, resolved_due = self._next_ts, self._resolved_due
+        batch_events = self.batch_events
         ts = self._first_ts()
         yield from self._ddl(ts, "", 1, f"CREATE DATABASE `{self.schema}`")
         for name in self.table_names:
@@ -290,7 +302,7 @@ class Generator:
             keys = [kpre + ts_bytes + ksuf for ksuf in ksufs]
             # per table: the rows this transaction changed
             touched: list[set[int]] = [set() for _ in range(tables)]
-            size = min(rng.randint(1, 7), events - done)
+            size = self._size(events - done)
             for _ in range(size):
                 t = rng.randrange(tables) if tables > 1 else 0
                 final, live, where, changed = finals[t], lives[t], wheres[t], touched[t]
@@ -309,7 +321,7 @@ class Generator:
                     st.inserts += 1
                 else:
                     while True:
-                        row_id = live[rng.randrange(len(live))]
+                        row_id = self._pick(live)
                         if row_id not in changed:
                             break
                     old = final[row_id]
@@ -332,7 +344,7 @@ class Generator:
                 p = part(row_id, t)
                 batch = pending[p]
                 batch.append((keys[t], value.encode()))
-                if len(batch) == BATCH_EVENTS:
+                if len(batch) == batch_events:
                     yield from self._flush(p)
             done += size
             txns += 1
@@ -1011,3 +1023,71 @@ def committed_ts(conn: pymysql.connections.Connection, ckpt_schema: str, group: 
             return 0
         row = cur.fetchone()
     return int(row[0]) if row else 0
+
+
+# -- a network in between ---------------------------------------------------------------------
+
+
+class DelayLine:
+    """Forwards ``127.0.0.1:port`` to ``target`` with ``delay`` seconds added to every chunk, each
+    direction: a reader thread stamps what it reads, a writer thread sends it when due."""
+
+    def __init__(self, target: tuple[str, int], delay: float) -> None:
+        self.target, self.delay = target, delay
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._socks:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socks += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                self._pipe(src, dst)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        chunks: collections.deque[tuple[float, bytes]] = collections.deque()
+        ready = threading.Condition()
+
+        def read() -> None:
+            with contextlib.suppress(OSError):
+                while data := src.recv(1 << 16):
+                    with ready:
+                        chunks.append((time.monotonic() + self.delay, data))
+                        ready.notify()
+            with ready:
+                chunks.append((0.0, b""))
+                ready.notify()
+
+        def write() -> None:
+            while True:
+                with ready:
+                    while not chunks:
+                        ready.wait()
+                    due, data = chunks.popleft()
+                if not data:
+                    with contextlib.suppress(OSError):
+                        dst.shutdown(socket.SHUT_WR)
+                    return
+                if (wait := due - time.monotonic()) > 0:
+                    time.sleep(wait)
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    return
+
+        threading.Thread(target=read, daemon=True).start()
+        threading.Thread(target=write, daemon=True).start()

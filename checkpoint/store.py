@@ -481,7 +481,16 @@ class CheckpointStore:
         if owner is None:
             return
         cur.execute(self._fence_sql(shared=shared), (self.changefeed,))
-        _check_owner(self.changefeed, owner, cur.fetchall())
+        self.check_fence(owner, cur.fetchall())
+
+    def fence_statement(self, cur: pymysql.cursors.Cursor) -> str:
+        """The exclusive fence's read, bound, to be sent with other statements; judge the rows it
+        returns with :meth:`check_fence` before the commit."""
+        return cur.mogrify(self._fence_sql(shared=False), (self.changefeed,))
+
+    def check_fence(self, owner: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Raise :class:`FencedOut` unless the fence read's ``rows`` name ``owner`` as the claimant."""
+        _check_owner(self.changefeed, owner, rows)
 
     def _ddl_row(self, ddl: DDLFields) -> tuple[Any, ...]:
         """The values of the columns that describe a DDL in ``applied_ddl`` and ``ddl_journal``
@@ -521,39 +530,33 @@ class CheckpointStore:
         ``DDL_HISTORY``; with a DROP TABLE (DROP DATABASE) the ``table_checkpoint`` row of that
         table (the schema's rows) at or below the resolved ts. Rows above the resolved ts stay,
         whatever their age: a DDL step leaves the resolved ts at ``commit_ts - 1``, so its own
-        record is one of them. ``partition_offset`` is never touched here. Cheap: a few
-        statements on the changefeed's primary-key range, once per DDL.
+        record is one of them. ``partition_offset`` is never touched here. Cheap: one or two
+        statements on the changefeed's primary-key range, once per DDL; they only write, so they
+        can be sent with others (``applier.downstream.batch.Statements``).
         """
         _check_ddl(**ddl)
         cf = self.changefeed
-        cur.execute(f"SELECT `resolved_ts` FROM {self._t('changefeed')} WHERE `changefeed` = %s", (cf,))
-        row = cur.fetchone()
-        if row is None:
-            return
-        resolved = int(row[0])
+        # Statements that read what they compare with, so that they can go in one packet with the
+        # checkpoint they follow: no changefeed row, or fewer records than the history, delete nothing.
+        resolved = f"(SELECT `resolved_ts` FROM {self._t('changefeed')} WHERE `changefeed` = %s)"
         cur.execute(
-            f"SELECT `commit_ts` FROM {self._t('applied_ddl')} WHERE `changefeed` = %s "
-            "ORDER BY `commit_ts` DESC LIMIT 1 OFFSET %s",
-            (cf, DDL_HISTORY - 1),
+            f"DELETE FROM {self._t('applied_ddl')} WHERE `changefeed` = %s AND `commit_ts` <= {resolved} "
+            "AND `commit_ts` < (SELECT `commit_ts` FROM (SELECT `commit_ts` FROM "
+            f"{self._t('applied_ddl')} WHERE `changefeed` = %s ORDER BY `commit_ts` DESC LIMIT 1 OFFSET %s) "
+            "AS `oldest_kept`)",
+            (cf, cf, cf, DDL_HISTORY - 1),
         )
-        oldest_kept = cur.fetchone()
-        if oldest_kept is not None:
-            cur.execute(
-                f"DELETE FROM {self._t('applied_ddl')} WHERE `changefeed` = %s AND `commit_ts` < %s "
-                "AND `commit_ts` <= %s",
-                (cf, int(oldest_kept[0]), resolved),
-            )
         if ddl["ddl_type"] == _DROP_TABLE and ddl["table"]:
             cur.execute(
                 f"DELETE FROM {self._t('table_checkpoint')} WHERE `changefeed` = %s AND `schema_name` = %s "
-                "AND `table_name` = %s AND `checkpoint_ts` <= %s",
-                (cf, ddl["schema"], ddl["table"], resolved),
+                f"AND `table_name` = %s AND `checkpoint_ts` <= {resolved}",
+                (cf, ddl["schema"], ddl["table"], cf),
             )
         elif ddl["ddl_type"] == _DROP_SCHEMA:
             cur.execute(
                 f"DELETE FROM {self._t('table_checkpoint')} WHERE `changefeed` = %s AND `schema_name` = %s "
-                "AND `checkpoint_ts` <= %s",
-                (cf, ddl["schema"], resolved),
+                f"AND `checkpoint_ts` <= {resolved}",
+                (cf, ddl["schema"], cf),
             )
 
     # -- the DDL journal (applier/apply/ddl.py) ------------------------------------------------
@@ -583,6 +586,23 @@ class CheckpointStore:
         if row is None:
             return None
         return JournalEntry(int(row[0]), row[1], row[2], int(row[3]), row[4], row[5])
+
+    def ddl_state(
+        self, cur: pymysql.cursors.Cursor, commit_ts: int, query: str
+    ) -> tuple[bool, JournalEntry | None]:
+        """:meth:`ddl_recorded` and :meth:`pending_ddl` in one read (one round trip)."""
+        cur.execute(
+            f"SELECT (SELECT 1 FROM {self._t('applied_ddl')} WHERE `changefeed` = %s AND `commit_ts` = %s "
+            "AND `query_digest` = %s), j.`commit_ts`, j.`schema_name`, j.`table_name`, j.`ddl_type`, "
+            f"j.`query`, j.`catalogue` FROM (SELECT 1) AS `one` LEFT JOIN {self._t('ddl_journal')} AS j "
+            "ON j.`changefeed` = %s",
+            (self.changefeed, commit_ts, ddl_digest(query), self.changefeed),
+        )
+        row = cur.fetchone()
+        entry = (
+            None if row[1] is None else JournalEntry(int(row[1]), row[2], row[3], int(row[4]), row[5], row[6])
+        )
+        return row[0] is not None, entry
 
     def end_ddl(self, cur: pymysql.cursors.Cursor) -> None:
         """Remove the journal entry, in the transaction that records the DDL (or settles it)."""

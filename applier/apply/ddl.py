@@ -40,11 +40,12 @@ from sqlglot import exp
 
 from applier.apply.catalogue import Catalogue, Fingerprint, Scope
 from applier.codec.events import DDLEvent, Position
+from applier.downstream.batch import BatchFailed, Statements, execute_batch
 from applier.downstream.errors import error_code, is_transient
 from applier.downstream.lock import ActiveLock
 from applier.errors import FatalError
 from applier.ops.logs import get_logger
-from checkpoint import CheckpointStore, JournalEntry, ddl_digest, ddl_fields
+from checkpoint import CheckpointStore, JournalEntry, ProgressWrite, ddl_digest, ddl_fields
 from sqlgen import (
     MARIADB,
     MYSQL,
@@ -129,6 +130,15 @@ def _ident(text: str) -> str:
     if text.startswith("`") and text.endswith("`") and len(text) >= 2:
         return text[1:-1].replace("``", "`")
     return text
+
+
+@dataclass(frozen=True, slots=True)
+class Bookkeeping:
+    """What the caller commits with a DDL's record: its checkpoint (the store's statements, bound
+    by the cursor given), and the check that must come right before the COMMIT (the lock's)."""
+
+    progress: Callable[[pymysql.cursors.Cursor], ProgressWrite]
+    before_commit: Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +227,7 @@ class DDLExecutor:
         self,
         conn: pymysql.connections.Connection,
         ddl: DDLEvent,
-        bookkeeping: Callable[[pymysql.cursors.Cursor], None],
+        bookkeeping: Bookkeeping,
     ) -> DDLOutcome:
         """Run ``ddl`` exactly once and commit its record with ``bookkeeping`` (the caller's
         checkpoint write, fenced). Re-entrant: a retry after a transient error (a new ``conn``)
@@ -228,10 +238,11 @@ class DDLExecutor:
         and the checkpoint keep the upstream event (:mod:`sqlgen.route`)."""
         target, plan = self._planned(ddl)
         with conn.cursor() as cur:
-            recorded = self._store.ddl_recorded(cur, ddl.commit_ts, ddl.query)
-            entry = self._store.pending_ddl(cur)
-        conn.rollback()
+            recorded, entry = self._store.ddl_state(cur, ddl.commit_ts, ddl.query)
+        # The read's transaction goes on into what follows (the catalogue's reads end it, the
+        # record commits it): one round trip less than ending it here.
         if recorded:  # an ambiguous COMMIT of step 3 that landed
+            conn.rollback()
             return DDLOutcome(plan, "recorded before")
         if not plan.execute:
             self._finish(conn, ddl, bookkeeping)
@@ -251,8 +262,8 @@ class DDLExecutor:
                     "EXCHANGE PARTITION or a RENAME that swaps tables would need an operator"
                 )
             with conn.cursor() as cur:
-                self._store.fence(cur, self._owner)
-                self._store.begin_ddl(cur, **ddl_fields(ddl), catalogue=before.to_json())
+                journal = before.to_json()
+                self._fenced(cur, lambda w: self._store.begin_ddl(w, **ddl_fields(ddl), catalogue=journal))
             conn.commit()
             self.log.info(
                 "DDL started", ts=ddl.commit_ts, schema=ddl.schema, table=ddl.table, query=_short(ddl.query)
@@ -265,7 +276,7 @@ class DDLExecutor:
         self,
         conn: pymysql.connections.Connection,
         ddl: DDLEvent,
-        bookkeeping: Callable[[pymysql.cursors.Cursor], None],
+        bookkeeping: Bookkeeping,
     ) -> tuple[DDLOutcome, JournalEntry | None]:
         """Record ``ddl`` as applied with the caller's checkpoint and journal it in ``ddl_online``,
         in one transaction, without running it: :class:`applier.apply.online_ddl.OnlineDDLs` runs
@@ -282,15 +293,12 @@ class DDLExecutor:
             return DDLOutcome(plan), None
         before = self._catalogue.fingerprint(conn, touched(target))
         entry = JournalEntry(ddl.commit_ts, ddl.schema, ddl.table, ddl.ddl_type, ddl.query, before.to_json())
-        try:
-            with conn.cursor() as cur:
-                self._store.fence(cur, self._owner)
-                self._store.begin_online_ddl(cur, catalogue=entry.catalogue, **ddl_fields(ddl))
-            self._finish(conn, ddl, bookkeeping)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                conn.rollback()
-            raise
+        self._finish(
+            conn,
+            ddl,
+            bookkeeping,
+            journal=lambda w: self._store.begin_online_ddl(w, catalogue=entry.catalogue, **ddl_fields(ddl)),
+        )
         return DDLOutcome(plan, "runs beside the stream"), entry
 
     def run_online(self, conn: pymysql.connections.Connection, entry: JournalEntry) -> str:
@@ -365,25 +373,52 @@ class DDLExecutor:
             ) from None
         return ""
 
+    def _fenced(self, cur: pymysql.cursors.Cursor, write: Callable[[Statements], None]) -> None:
+        """The fence, then the statements ``write`` gives (writes of the store), in one packet."""
+        writes = Statements(cur)
+        write(writes)
+        fence = [] if self._owner is None else [self._store.fence_statement(cur)]
+        try:
+            rows = execute_batch(cur, [*fence, *writes.texts], fetch=range(len(fence)))
+        except BatchFailed as failed:
+            raise failed.error from None
+        if fence:
+            self._store.check_fence(self._owner, rows[0])
+
     def _finish(
         self,
         conn: pymysql.connections.Connection,
         ddl: DDLEvent,
-        bookkeeping: Callable[[pymysql.cursors.Cursor], None],
+        bookkeeping: Bookkeeping,
+        journal: Callable[[Statements], None] | None = None,
     ) -> None:
+        """Commit the DDL's record, the caller's checkpoint (fenced), the pruning it allows and
+        the end of its journal (``journal``: what to write instead, for a DDL beside the stream),
+        sent in as few packets as the session takes."""
         try:
             with conn.cursor() as cur:
-                self._record(cur, ddl)
-                bookkeeping(cur)
-                self._store.prune(cur, **ddl_fields(ddl))  # after the checkpoint: it reads its resolved ts
-                self._store.end_ddl(cur)
+                record, rest = Statements(cur), Statements(cur)
+                self._record(record, ddl)
+                checkpoint = bookkeeping.progress(cur)
+                self._store.prune(rest, **ddl_fields(ddl))  # after the checkpoint: it reads its resolved ts
+                if journal is not None:
+                    journal(rest)
+                self._store.end_ddl(rest)
+                texts = [*record.texts, *checkpoint.texts, *rest.texts]
+                first = len(record.texts)
+                try:
+                    rows = execute_batch(cur, texts, fetch=[first + i for i in checkpoint.fetch])
+                except BatchFailed as failed:
+                    raise failed.error from None
+                checkpoint.check(rows, first)
+                bookkeeping.before_commit()
             conn.commit()
         except BaseException:
             with contextlib.suppress(Exception):  # the session may be gone: the server rolls back
                 conn.rollback()
             raise
 
-    def _record(self, cur: pymysql.cursors.Cursor, ddl: DDLEvent | JournalEntry) -> None:
+    def _record(self, cur: pymysql.cursors.Cursor | Statements, ddl: DDLEvent | JournalEntry) -> None:
         self._store.record_ddl(cur, **ddl_fields(ddl))
 
 

@@ -158,7 +158,7 @@ class OnlineDDLs:
     def resume(self, conn: pymysql.connections.Connection | None = None) -> None:
         """Start every DDL the checkpoint schema lists as running beside the stream (at start-up,
         on a session of its own, and after a recording whose COMMIT was ambiguous, on ``conn``)."""
-        session = conn if conn is not None else connect(self._downstream)
+        session = conn if conn is not None else connect(self._downstream, multi_statements=True)
         try:
             with session.cursor() as cur:
                 entries = self._store.online_ddls(cur)

@@ -46,7 +46,7 @@ class CheckpointTopicMismatch(FatalError):
 
 def prepare_downstream(downstream: DownstreamConfig, store: CheckpointStore) -> Dialect:
     """Create or check the checkpoint schema; return the server's SQL dialect."""
-    conn = connect(downstream)
+    conn = connect(downstream, multi_statements=True)  # the applier's own statements only
     try:
         with _checkpoint_privileges(conn, store):
             store.ensure_schema(conn)
@@ -59,7 +59,7 @@ def load_checkpoint(
     downstream: DownstreamConfig, store: CheckpointStore, ddl_executor: DDLExecutor, *, owner: str, topic: str
 ) -> Checkpoint:
     """Claim the checkpoint for ``owner``, settle an interrupted DDL, and read the checkpoint."""
-    conn = connect(downstream)
+    conn = connect(downstream, multi_statements=True)  # the applier's own statements only
     try:
         with _checkpoint_privileges(conn, store):
             store.claim(conn, owner)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pymysql
 
-from applier.apply.ddl import DDLExecutor, DDLFailed, DDLOutcome
+from applier.apply.ddl import Bookkeeping, DDLExecutor, DDLFailed, DDLOutcome
 from applier.apply.early import EarlyWriter, EarlyWrites
 from applier.apply.online_ddl import OnlineDDLs, beside_scope, runs_online
 from applier.apply.transaction import TransactionRunner
@@ -505,9 +505,6 @@ class WindowApplier:
             owner=self._owner,
         )
 
-    def _write_checkpoint(self, cur: pymysql.cursors.Cursor, window: Window) -> None:
-        self._execute(cur, [], [], window, self._store.progress_write(cur, **self._progress(window)))
-
     def _apply_rows(self, prepared: PreparedWindow) -> dict[tuple[str, str, str], int]:
         """One transaction: deletes, replaces and keyless ops of the window, then the checkpoint.
 
@@ -725,9 +722,10 @@ class WindowApplier:
             runs_online(ddl) or (self._holds_tables and beside_scope(ddl, self._router) is not None)
         )
 
-        def bookkeeping(cur: pymysql.cursors.Cursor) -> None:
-            self._write_checkpoint(cur, window)
-            self._before_commit()
+        bookkeeping = Bookkeeping(
+            progress=lambda cur: self._store.progress_write(cur, **self._progress(window)),
+            before_commit=self._before_commit,
+        )
 
         def unit() -> None:
             self._maybe_committed = False  # the executor asks the journal and applied_ddl itself

@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pymysql
 
-from applier.apply.ddl import DDLExecutor
+from applier.apply.ddl import Bookkeeping, DDLExecutor
 from applier.apply.handoff import write_handoff
 from applier.apply.online_ddl import OnlineDDLs
 from applier.apply.startup import load_checkpoint, prepare_downstream
@@ -72,6 +72,7 @@ from applier.settings.schema import Config
 from applier.stream.progress import ddl_key
 from applier.stream.table_filter import table_event_filter
 from checkpoint import Checkpoint, CheckpointStore
+from checkpoint import Progress as StoredProgress
 from sqlgen import Dialect, TablePlan, plan_table
 
 # Writer buckets: the readers spread the rows for the writers over this many buckets by handle key
@@ -627,8 +628,18 @@ class CatchupJob:
         partition_resolved: dict | None = None,
     ) -> None:
         """The checkpoint rows of a driver unit, then the lock check its COMMIT must follow."""
-        self.store.write(
-            cur,
+        self.store.write(cur, **self._progress(resolved_ts, tables, topic, offsets, partition_resolved))
+        self._ensure_locked()
+
+    def _progress(
+        self,
+        resolved_ts: int,
+        tables: Iterable[tuple[str, str]],
+        topic: str | None = None,
+        offsets: dict | None = None,
+        partition_resolved: dict | None = None,
+    ) -> StoredProgress:
+        return StoredProgress(
             topic=topic,
             resolved_ts=resolved_ts,
             tables=dict.fromkeys(tables, resolved_ts),
@@ -636,6 +647,8 @@ class CatchupJob:
             partition_resolved=partition_resolved or {},
             owner=self._owner(),
         )
+
+    def _ensure_locked(self) -> None:
         assert self.lock is not None
         self.lock.ensure_held()
 
@@ -644,8 +657,11 @@ class CatchupJob:
         assert ddl is not None and self.dialect is not None
         plan_box: list[Any] = [None]
 
-        def bookkeeping(cur: pymysql.cursors.Cursor) -> None:
-            self._write_checkpoint(cur, epoch.upper, tables={(ddl.schema, ddl.table)} if ddl.table else ())
+        tables = {(ddl.schema, ddl.table)} if ddl.table else ()
+        bookkeeping = Bookkeeping(
+            progress=lambda cur: self.store.progress_write(cur, **self._progress(epoch.upper, tables)),
+            before_commit=self._ensure_locked,
+        )
 
         def unit(conn: pymysql.connections.Connection) -> None:
             assert self.ddl_executor is not None

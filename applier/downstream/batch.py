@@ -92,3 +92,16 @@ def execute_batch(
         except pymysql.MySQLError as exc:
             raise BatchFailed(i, exc) from exc
     return rows
+
+
+class Statements:
+    """Stands in for a cursor to code that only writes (the checkpoint store's journal and record
+    methods): each ``execute`` is bound by ``cur``'s session and kept in ``texts``, to be run
+    later with others by :func:`execute_batch`. Code that reads a result cannot be given one."""
+
+    def __init__(self, cur: pymysql.cursors.Cursor) -> None:
+        self._cur = cur
+        self.texts: list[str] = []
+
+    def execute(self, query: str, args: Any = None) -> None:
+        self.texts.append(self._cur.mogrify(query, args))

@@ -12,12 +12,12 @@ import pymysql
 import pytest
 
 from applier.apply.catalogue import Catalogue, Fingerprint, Scope
-from applier.apply.ddl import DDLExecutor, DDLFailed, touched
+from applier.apply.ddl import Bookkeeping, DDLExecutor, DDLFailed, touched
 from applier.codec.events import DDLEvent
 from applier.downstream.lock import ActiveLock
 from applier.downstream.session import connect
 from applier.downstream.url import DownstreamConfig
-from checkpoint import CheckpointStore
+from checkpoint import CheckpointStore, ProgressWrite
 from sqlgen import MARIADB
 from tests.builders import ddl_event
 
@@ -46,7 +46,8 @@ def env(fresh_db: str, downstream_url: str, mariadb_params: dict):
 
 
 def _run(executor: DDLExecutor, conn, ddl: DDLEvent) -> str:
-    return executor.apply(conn, ddl, lambda cur: None).note
+    nothing = Bookkeeping(progress=lambda cur: ProgressWrite([], None, "cf"), before_commit=lambda: None)
+    return executor.apply(conn, ddl, nothing).note
 
 
 def test_create_table_over_a_table_of_the_same_columns_is_accepted(env) -> None:
