@@ -72,6 +72,7 @@ embedded broker.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import shlex
 import sys
@@ -142,39 +143,57 @@ class Outcome:
 
 
 def raw_insert(
-    params: dict, schema: str, finals: list[dict], pad_bytes: int, batch: int, commit_every: int
+    params: dict,
+    schema: str,
+    finals: list[dict],
+    pad_bytes: int,
+    batch: int,
+    commit_every: int,
+    sessions: int = 1,
 ) -> float:
     """Seconds to insert the final rows of every table (``finals``, sbtest1's first), table after
-    table, with multi-row INSERTs from one connection (DDL excluded)."""
-    conn = pymysql.connect(**{**params, "autocommit": False})
+    table, with multi-row INSERTs (DDL excluded); with ``sessions`` above 1 the rows are dealt out
+    to that many connections, each on a thread of its own, and the time is until the last is done."""
+    conns = [pymysql.connect(**{**params, "autocommit": False}) for _ in range(sessions)]
     try:
         names = table_names(len(finals))
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        with conns[0].cursor() as cur:
             cur.execute(f"CREATE DATABASE `{schema}`")
             for name in names:
                 cur.execute(table_ddl(schema, name, pad_bytes))
+        for conn in conns:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         rows_by_table = [[(i, k, c, pad) for i, (k, c, pad) in sorted(final.items())] for final in finals]
+        shares = [[rows[s::sessions] for rows in rows_by_table] for s in range(sessions)]
+
+        def write(conn: pymysql.connections.Connection, share: list[list[tuple]]) -> None:
+            since_commit = 0
+            with conn.cursor() as cur:
+                for name, rows in zip(names, share, strict=True):
+                    prefix = f"INSERT INTO `{schema}`.`{name}` (`id`,`k`,`c`,`pad`) VALUES "
+                    for i in range(0, len(rows), batch):
+                        chunk = rows[i : i + batch]
+                        cur.execute(
+                            prefix + ",".join(["(%s,%s,%s,%s)"] * len(chunk)), [v for r in chunk for v in r]
+                        )
+                        since_commit += len(chunk)
+                        if since_commit >= commit_every:
+                            conn.commit()
+                            since_commit = 0
+            conn.commit()
+
         start = time.perf_counter()
-        since_commit = 0
-        with conn.cursor() as cur:
-            for name, rows in zip(names, rows_by_table, strict=True):
-                prefix = f"INSERT INTO `{schema}`.`{name}` (`id`,`k`,`c`,`pad`) VALUES "
-                full_sql = prefix + ",".join(["(%s,%s,%s,%s)"] * batch)
-                for i in range(0, len(rows), batch):
-                    chunk = rows[i : i + batch]
-                    sql = (
-                        full_sql if len(chunk) == batch else prefix + ",".join(["(%s,%s,%s,%s)"] * len(chunk))
-                    )
-                    cur.execute(sql, [v for r in chunk for v in r])
-                    since_commit += len(chunk)
-                    if since_commit >= commit_every:
-                        conn.commit()
-                        since_commit = 0
-        conn.commit()
+        if sessions == 1:
+            write(conns[0], shares[0])
+        else:
+            with concurrent.futures.ThreadPoolExecutor(sessions) as pool:
+                for done in [pool.submit(write, c, share) for c, share in zip(conns, shares, strict=True)]:
+                    done.result()
         return time.perf_counter() - start
     finally:
-        conn.close()
+        for conn in conns:
+            conn.close()
 
 
 def log_milestones(log_path: str, started_at: float) -> dict[str, float]:

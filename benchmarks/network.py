@@ -7,8 +7,9 @@ fresh topic and applied by ``applier run --exit-when-caught-up`` whose downstrea
 line in front of the database: every chunk read from either side is forwarded half the round
 trip later, without holding back the chunks behind it (a link's latency, not its bandwidth). Beside
 it, the final rows inserted raw through the same delay line with multi-row INSERTs from one session
-(``--raw-batch`` rows a statement, a commit every ``--raw-commit``): what one session can do across
-that link. Prints, per round trip, the daemon's rows/s and the raw rows/s, each beside its own
+(``--raw-batch`` rows a statement, a commit every ``--raw-commit``; ``--raw-sessions`` deals them
+out to more, each on a thread of its own): what one session, or several, can do across that link.
+Prints, per round trip, the daemon's rows/s and the raw rows/s, each beside its own
 rate at 0 ms of the same run, and checks the daemon's tables against the stream (row count and
 checksum). The daemon's rate is given twice: from its start to its last commit (what the backlog
 took), and from its first window's commit to its last ("its windows": the apply once running,
@@ -62,6 +63,9 @@ def main() -> int:
     ap.add_argument("--resolved-every", type=int, default=200)
     ap.add_argument("--raw-batch", type=int, default=1000)
     ap.add_argument("--raw-commit", type=int, default=10_000)
+    ap.add_argument(
+        "--raw-sessions", type=int, default=1, help="sessions the raw INSERTs are dealt out to (1)"
+    )
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("daemon_args", nargs="*", help="extra `applier run` options (after --)")
     private_db_arguments(ap, buffer_pool="2G")
@@ -98,6 +102,7 @@ def main() -> int:
                 PAD_BYTES,
                 args.raw_batch,
                 args.raw_commit,
+                args.raw_sessions,
             )
             raw_rate = st.final_rows / raw_s
             base.setdefault("daemon", daemon_rate)
@@ -109,7 +114,8 @@ def main() -> int:
             print(
                 f"rtt {rtt:4g} ms: daemon {daemon_rate:9,.0f} events/s ({ratio:.2f}x of {args.rtts[0]:g} ms)"
                 f", its windows {steady_rate:9,.0f} events/s ({steady_rate / base['steady']:.2f}x), "
-                f"raw INSERT {raw_rate:9,.0f} rows/s ({raw_ratio:.2f}x); "
+                f"raw INSERT ({args.raw_sessions} session{'s' if args.raw_sessions > 1 else ''}) "
+                f"{raw_rate:9,.0f} rows/s ({raw_ratio:.2f}x); "
                 + ("data equal to the stream" if same else f"DATA DIFFERENT (daemon exit {run.returncode})")
             )
             for name in (schema, raw_schema, ckpt):
