@@ -9,10 +9,11 @@ lowers the global lock wait timeout, which would hit the tests running beside it
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -72,7 +73,15 @@ def test_killed_connections_and_a_held_lock_are_ridden_out(
     sim = simulate(
         StreamConfig(seed=41, partitions=4, transactions=1500, schema=schema, **PRODUCER_MODES[mode])
     )
-    produce_simulation(feed.bootstrap, feed.topic, sim)
+    # The last third is produced while the row lock is held, so that rows of the locked table are
+    # still to be written then, however fast the daemon went through the rest.
+    cut = len(sim.records) * 2 // 3
+    produce_simulation(feed.bootstrap, feed.topic, dataclasses.replace(sim, records=sim.records[:cut]))
+
+    def produce_the_rest() -> None:
+        rest = dataclasses.replace(sim, records=sim.records[cut:])
+        produce_simulation(feed.bootstrap, feed.topic, rest, create=False)
+
     feed.extra_args += ["--max-txn-rows", "10", "--ddl-blocking", blocking]
     if workers:
         feed.module = eager_workers.__name__
@@ -82,15 +91,17 @@ def test_killed_connections_and_a_held_lock_are_ridden_out(
     # never meet a row lock: one on a table without DDLs is met.
     locked = "uniq_only" if blocking == "tables" else "composite"
     with lasting:
-        _ride_out(feed, schema, locked, workers)
+        _ride_out(feed, schema, locked, workers, produce_the_rest)
     done = feed.run_to_end()
     assert done.returncode == 0, done.stdout + done.stderr
     assert feed.compare(sim, sim.final_resolved_ts) == []
 
 
-def _ride_out(feed: Changefeed, schema: str, locked: str, workers: int) -> None:
-    """Kill the daemon's sessions, then hold row locks past its lock wait timeout: the daemon
-    must live through both."""
+def _ride_out(
+    feed: Changefeed, schema: str, locked: str, workers: int, while_locked: Callable[[], None]
+) -> None:
+    """Kill the daemon's sessions, then hold row locks past its lock wait timeout (calling
+    ``while_locked`` once they are taken): the daemon must live through both."""
     admin = feed.connect()
     with admin.cursor() as cur:
         cur.execute("SELECT @@GLOBAL.innodb_lock_wait_timeout")
@@ -119,6 +130,7 @@ def _ride_out(feed: Changefeed, schema: str, locked: str, workers: int) -> None:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             cur.execute("BEGIN")
             cur.execute(f"SELECT * FROM `{schema}`.`{locked}` FOR UPDATE")
+        while_locked()
         release = threading.Timer(4.0, holder.rollback)
         release.start()
         release.join()
