@@ -169,8 +169,7 @@ class CheckpointWatcher:
 
     def __init__(self, params: dict, ckpt_schema: str, group: str, interval: float = 0.01) -> None:
         self._conn = pymysql.connect(**params)  # autocommit: each read sees the latest commit
-        self._sql = f"SELECT `resolved_ts` FROM `{ckpt_schema}`.`changefeed` WHERE `changefeed` = %s"
-        self._group, self._interval = group, interval
+        self._ckpt_schema, self._group, self._interval = ckpt_schema, group, interval
         self.values: list[int] = []  # each resolved ts seen, in order
         self.seen: list[float] = []  # when it was first seen
         self.ages: list[tuple[float, float]] = []  # every read: (when, its age: when - the resolved ts read)
@@ -179,21 +178,15 @@ class CheckpointWatcher:
         self._thread.start()
 
     def _run(self) -> None:
-        with self._conn.cursor() as cur:
-            while not self._stop.wait(self._interval):
-                try:
-                    cur.execute(self._sql, (self._group,))
-                except pymysql.err.ProgrammingError:  # not created yet
-                    continue
-                row = cur.fetchone()
-                now = time.time()
-                if row is None or not row[0]:
-                    continue
-                ts = int(row[0])
-                if not self.values or ts > self.values[-1]:
-                    self.values.append(ts)
-                    self.seen.append(now)
-                self.ages.append((now, now - tso_physical_ms(ts) / 1000))
+        while not self._stop.wait(self._interval):
+            ts = committed_ts(self._conn, self._ckpt_schema, self._group)
+            now = time.time()
+            if not ts:  # no checkpoint yet
+                continue
+            if not self.values or ts > self.values[-1]:
+                self.values.append(ts)
+                self.seen.append(now)
+            self.ages.append((now, now - tso_physical_ms(ts) / 1000))
 
     def first_seen(self, ts: int) -> float | None:
         """When a resolved ts at or above ``ts`` was first read (None: never)."""

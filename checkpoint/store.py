@@ -258,6 +258,11 @@ class ProgressWrite:
             _check_owner(self.changefeed, self.owner, rows.get(offset, ()))
 
 
+def _journal_entry(row: Sequence[Any]) -> JournalEntry:
+    """A journal entry from the columns commit_ts, schema_name, table_name, ddl_type, query, catalogue."""
+    return JournalEntry(int(row[0]), row[1], row[2], int(row[3]), row[4], row[5])
+
+
 def _check_owner(changefeed: str, owner: str, rows: Sequence[tuple[Any, ...]]) -> None:
     current = rows[0][0] if rows else None
     if current != owner:
@@ -585,7 +590,7 @@ class CheckpointStore:
         row = cur.fetchone()
         if row is None:
             return None
-        return JournalEntry(int(row[0]), row[1], row[2], int(row[3]), row[4], row[5])
+        return _journal_entry(row)
 
     def ddl_state(
         self, cur: pymysql.cursors.Cursor, commit_ts: int, query: str
@@ -599,9 +604,7 @@ class CheckpointStore:
             (self.changefeed, commit_ts, ddl_digest(query), self.changefeed),
         )
         row = cur.fetchone()
-        entry = (
-            None if row[1] is None else JournalEntry(int(row[1]), row[2], row[3], int(row[4]), row[5], row[6])
-        )
+        entry = None if row[1] is None else _journal_entry(row[1:])
         return row[0] is not None, entry
 
     def end_ddl(self, cur: pymysql.cursors.Cursor) -> None:
@@ -630,7 +633,7 @@ class CheckpointStore:
             f"FROM {self._t('ddl_online')} WHERE `changefeed` = %s ORDER BY `commit_ts`",
             (self.changefeed,),
         )
-        return [JournalEntry(int(r[0]), r[1], r[2], int(r[3]), r[4], r[5]) for r in cur.fetchall()]
+        return [_journal_entry(r) for r in cur.fetchall()]
 
     def end_online_ddl(self, cur: pymysql.cursors.Cursor, commit_ts: int, query: str) -> None:
         """Forget a DDL that runs beside the stream once it has taken effect."""

@@ -389,7 +389,6 @@ def _configure(conn: pymysql.connections.Connection, cfg: DownstreamConfig, auto
     ref = multi_statements(conn)
     if ref:
         texts += _SESSION_REF
-    conn.max_allowed_packet = 1 << 20  # enough for these few statements until the server's value is known
     with conn.cursor() as cur:
         try:
             rows = execute_batch(cur, texts, fetch=range(2, len(texts)))
