@@ -136,6 +136,7 @@ class Generator:
         self.table_names = table_names(tables)
         self.pad_bytes = pad_bytes
         self.pad_type = _TYPE_CHAR if pad_bytes == PAD_BYTES else _TYPE_VARCHAR  # as ``table_ddl``
+        self.setup_resolved = False
         rng = random.Random(seed + 1)
         self.c_pool = [_filler(rng, 119) for _ in range(4096)]
         self.pad_pool = [_filler(rng, pad_bytes) for _ in range(4096)]
@@ -207,8 +208,10 @@ class Generator:
         """Called once the two CREATE DDLs are out, before the first row event."""
 
     def _after_schema(self, ts: int) -> Iterator[tuple[int, bytes, bytes]]:
-        """Records after the CREATE DDLs (the last at ``ts``), before the first row event: none here."""
-        yield from ()
+        """Records after the CREATE DDLs (the last at ``ts``), before the first row event: none
+        here, or a resolved broadcast when ``setup_resolved`` (``produce``'s ``prime``)."""
+        if self.setup_resolved:
+            yield from self._resolved(ts)
 
     def _inserts(self, next_id: int, live: int, touched: int) -> bool:
         """Whether the next row event inserts a new row (else it updates or deletes a live one);
@@ -391,10 +394,16 @@ def finish_producing(producer, errors: list[str]) -> None:
         raise SystemExit(f"producing failed: {left} records unacknowledged, errors: {errors[:3]}")
 
 
-def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> Stream:
+def produce(
+    bootstrap: str, topic: str, gen: Generator, events: int, prime: Callable[[], None] | None = None
+) -> Stream:
     """Create ``topic`` (a partition per partition of ``gen``) and produce every record of the
     stream into it; returns the stream's figures (with the records produced and the seconds it
-    took). Fails loudly on any delivery error."""
+    took). Fails loudly on any delivery error.
+
+    ``prime``: called once the stream's set-up (its CREATE DDLs and the first resolved broadcast,
+    no row yet) is in the topic, before the rows are produced: a daemon run there leaves a
+    checkpoint with an offset for every partition, as a daemon that has been running has."""
     from applier.kafka.embedded_broker import create_topic
 
     create_topic(bootstrap, topic, gen.partitions)
@@ -407,11 +416,18 @@ def produce(bootstrap: str, topic: str, gen: Generator, events: int) -> Stream:
             errors.append(str(err))
 
     sent = 0
+    resolved = 0
     for p, key, value in gen.records(events):
         send(producer, topic, p, key, value, on_delivery)
         sent += 1
         if sent % 1000 == 0:
             producer.poll(0)
+        if prime is not None and key.endswith(RESOLVED_KEY_END):
+            resolved += 1
+            if resolved == gen.partitions:  # the first broadcast is complete
+                finish_producing(producer, errors)
+                prime()
+                producer = new_producer(bootstrap)
     finish_producing(producer, errors)
     gen.stream.produced = sent
     gen.stream.produce_s = time.perf_counter() - t0

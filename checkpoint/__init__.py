@@ -13,6 +13,7 @@ from checkpoint.schema import (
 )
 from checkpoint.status import lag_seconds, status_report
 from checkpoint.store import (
+    ROW_HOLD_OPEN,
     Checkpoint,
     CheckpointStore,
     FencedOut,
@@ -25,6 +26,7 @@ from checkpoint.store import (
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "ROW_HOLD_OPEN",
     "SCHEMA_VERSION",
     "Checkpoint",
     "CheckpointSchemaError",

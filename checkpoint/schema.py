@@ -28,7 +28,7 @@ import pymysql
 from applier.errors import FatalError
 from sqlgen.quoting import quote_ident
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 DEFAULT_SCHEMA: Final = "ticdc_applier"
 
 NAME_MAX_CHARS: Final = 255
@@ -73,6 +73,23 @@ _DDL_ONLINE: Final = _create_table(
     "ddl_online", _JOURNAL_COLUMNS, "`changefeed`, `commit_ts`, `query_digest`"
 )
 
+# Row mode (``consistency = "row"``): what each partition is applied up to, written by the
+# partition's own session; a table of its own so that those sessions never write a shared row.
+_PARTITION_APPLIED: Final = _create_table(
+    "partition_applied",
+    _CHANGEFEED + f"  `topic` {_NAME} NOT NULL,\n"
+    "  `partition_id` INT NOT NULL,\n"
+    "  `applied_ts` BIGINT UNSIGNED NOT NULL COMMENT 'every row of the partition <= this is applied',\n"
+    + _UPDATED_AT,
+    "`changefeed`, `topic`, `partition_id`",
+)
+# Row mode: the partitions release together until this ts (``applier.stream.row_release``), kept
+# across a restart; NULL: until a ts not known yet. No row: each partition on its own.
+_ROW_HOLD: Final = _create_table(
+    "row_hold",
+    _CHANGEFEED + "  `until_ts` BIGINT UNSIGNED NULL COMMENT 'NULL: not known yet',\n" + _UPDATED_AT,
+    "`changefeed`",
+)
 TABLES: Final[dict[str, str]] = {
     "schema_version": _create_table(
         "schema_version",
@@ -115,6 +132,8 @@ TABLES: Final[dict[str, str]] = {
     # DDLs recorded as applied that run beside the stream (index builds, applier/apply/online_ddl.py):
     # a row from the transaction that records one until it has taken effect.
     "ddl_online": _DDL_ONLINE,
+    "partition_applied": _PARTITION_APPLIED,
+    "row_hold": _ROW_HOLD,
 }
 
 # version N -> statements that upgrade a version-N layout to N + 1 ({s}/{c} formatted as above).
@@ -122,6 +141,7 @@ TABLES: Final[dict[str, str]] = {
 MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: (_DDL_JOURNAL,),  # version 2: the DDL journal
     2: (_DDL_ONLINE,),  # version 3: DDLs that run beside the stream
+    3: (_PARTITION_APPLIED, _ROW_HOLD),  # version 4: row mode's per-partition applied ts and hold
 }
 
 

@@ -104,6 +104,13 @@ class Checkpoint:
     """Partition -> next offset to read: a partition of ``topic`` as loaded; the stream's partition
     id (a slot with several topics, applier.kafka.topics) in the stream stages."""
     partition_resolved: dict[int, int] = field(default_factory=dict)  # partition -> resolved ts
+    partition_applied: dict[Any, int] = field(default_factory=dict)
+    """Row mode: every row of a partition at or below this ts is applied (``resolved_ts`` is then
+    at most the lowest of them); keyed by (topic, partition) as loaded, by the stream's partition
+    id in the stream stages (as ``offsets``); only values above ``resolved_ts``."""
+    row_hold: int | None = None
+    """Row mode: the partitions release together until this ts (``ROW_HOLD_OPEN``: a ts not known
+    yet); None: each on its own."""
     # (topic, partition) -> next offset, for every topic the changefeed has offsets of: with
     # several topics ``topic`` describes the set (applier.kafka.topics) and these are the offsets
     topic_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -226,6 +233,10 @@ def _chunks(
         yield rows[start:]
 
 
+ROW_HOLD_OPEN: Final = (1 << 64) - 1
+"""``Checkpoint.row_hold`` of a hold whose end is not known yet (stored as NULL)."""
+
+
 class Progress(TypedDict, total=False):
     """What :meth:`CheckpointStore.write` records (every key but ``owner`` is required)."""
 
@@ -235,6 +246,14 @@ class Progress(TypedDict, total=False):
     offsets: Mapping[int, int] | Mapping[tuple[str, int], int]
     partition_resolved: Mapping[int, int] | Mapping[tuple[str, int], int]
     owner: str | None
+    partition_applied: Mapping[int, int] | Mapping[tuple[str, int], int]
+    """Row mode: per partition, the ts its rows are applied up to (optional)."""
+    shared: bool
+    """Row mode's partition sessions: the fence takes a shared lock and the changefeed row is not
+    written, so that the partitions' transactions never wait for each other (optional)."""
+    row_hold: int | None
+    """Row mode, on the apply session: the hold to keep (a ts, or ``ROW_HOLD_OPEN``), or None to
+    end it (optional: absent, the stored one stays)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +275,13 @@ class ProgressWrite:
         texts were run in) found ``owner`` as the changefeed's claimant."""
         if self.owner is not None:
             _check_owner(self.changefeed, self.owner, rows.get(offset, ()))
+
+
+def _stored_ts(cur: pymysql.cursors.Cursor, sql: str, args: tuple[Any, ...]) -> int:
+    """The one ts ``sql`` reads (0 when it finds no row)."""
+    cur.execute(sql, args)
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
 
 
 def _journal_entry(row: Sequence[Any]) -> JournalEntry:
@@ -334,6 +360,16 @@ class CheckpointStore:
                     if topic == ckpt.topic:
                         ckpt.offsets[int(partition)] = int(offset)
                         ckpt.partition_resolved[int(partition)] = int(resolved)
+                cur.execute(
+                    f"SELECT `topic`, `partition_id`, `applied_ts` FROM {self._t('partition_applied')} "
+                    "WHERE `changefeed` = %s AND `applied_ts` > %s",
+                    (self.changefeed, ckpt.resolved_ts),
+                )
+                ckpt.partition_applied = {(t, int(p)): int(ts) for t, p, ts in cur.fetchall()}
+                cur.execute(f"SELECT `until_ts` FROM {self._t('row_hold')} WHERE `changefeed` = %s", cf)
+                hold = cur.fetchone()
+                if hold is not None:
+                    ckpt.row_hold = ROW_HOLD_OPEN if hold[0] is None else int(hold[0])
             cur.execute(
                 f"SELECT `commit_ts`, `query_digest` FROM {self._t('applied_ddl')} WHERE `changefeed` = %s",
                 cf,
@@ -360,13 +396,22 @@ class CheckpointStore:
     def committed_table_ts(self, cur: pymysql.cursors.Cursor, schema: str, table: str) -> int:
         """A table's stored checkpoint ts (0 without one), read in the caller's session: whether
         an ambiguous COMMIT of a window that left the resolved ts where it was landed."""
-        cur.execute(
+        return _stored_ts(
+            cur,
             f"SELECT `checkpoint_ts` FROM {self._t('table_checkpoint')} WHERE `changefeed` = %s "
             "AND `schema_name` = %s AND `table_name` = %s",
             (self.changefeed, schema, table),
         )
-        row = cur.fetchone()
-        return int(row[0]) if row else 0
+
+    def committed_partition_ts(self, cur: pymysql.cursors.Cursor, topic: str, partition: int) -> int:
+        """A partition's stored applied ts in row mode (0 without one), read in the caller's
+        session: whether an ambiguous COMMIT of that partition's transaction landed."""
+        return _stored_ts(
+            cur,
+            f"SELECT `applied_ts` FROM {self._t('partition_applied')} WHERE `changefeed` = %s "
+            "AND `topic` = %s AND `partition_id` = %s",
+            (self.changefeed, topic, partition),
+        )
 
     def ddl_recorded(self, cur: pymysql.cursors.Cursor, commit_ts: int, query: str) -> bool:
         """Whether this exact DDL is recorded as executed, read in the caller's session."""
@@ -426,6 +471,7 @@ class CheckpointStore:
         topic, resolved_ts = progress["topic"], progress["resolved_ts"]
         tables, offsets = progress["tables"], progress["offsets"]
         partition_resolved, owner = progress["partition_resolved"], progress.get("owner")
+        applied, shared = progress.get("partition_applied", {}), progress.get("shared", False)
         if topic is not None:
             _check_name("topic", topic, allow_empty=False)
         _check_ts("resolved_ts", resolved_ts)
@@ -453,8 +499,50 @@ class CheckpointStore:
             )
             for p, off in offsets.items()
         )
-        texts = [] if owner is None else [cur.mogrify(self._fence_sql(shared=False), (self.changefeed,))]
-        texts.append(
+        texts = [] if owner is None else [cur.mogrify(self._fence_sql(shared=shared), (self.changefeed,))]
+        if not shared:
+            texts.append(self._changefeed_upsert(cur, topic, resolved_ts))
+        columns = ("changefeed", "schema_name", "table_name", "checkpoint_ts")
+        texts += _upsert_forward(cur, self._t("table_checkpoint"), columns, ("checkpoint_ts",), table_rows)
+        columns = ("changefeed", "topic", "partition_id", "next_offset", "resolved_ts")
+        texts += _upsert_forward(
+            cur, self._t("partition_offset"), columns, ("next_offset", "resolved_ts"), partition_rows
+        )
+        if applied:
+            applied_rows = sorted(
+                (
+                    self.changefeed,
+                    _check_name("topic", p[0], allow_empty=False) if isinstance(p, tuple) else topic,
+                    _check_partition(p[1] if isinstance(p, tuple) else p),
+                    _check_ts("partition applied ts", ts),
+                )
+                for p, ts in applied.items()
+            )
+            columns = ("changefeed", "topic", "partition_id", "applied_ts")
+            texts += _upsert_forward(
+                cur, self._t("partition_applied"), columns, ("applied_ts",), applied_rows
+            )
+        if "row_hold" in progress:
+            texts.append(self._row_hold_sql(cur, progress["row_hold"]))
+        return ProgressWrite(texts, owner, self.changefeed)
+
+    def _row_hold_sql(self, cur: pymysql.cursors.Cursor, until: int | None) -> str:
+        if until is None:
+            return str(
+                cur.mogrify(f"DELETE FROM {self._t('row_hold')} WHERE `changefeed` = %s", (self.changefeed,))
+            )
+        value = None if until == ROW_HOLD_OPEN else _check_ts("row hold", until)
+        return str(
+            cur.mogrify(
+                f"INSERT INTO {self._t('row_hold')} (`changefeed`, `until_ts`, `updated_at`) "
+                "VALUES (%s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE `until_ts` = VALUES(`until_ts`), "
+                "`updated_at` = VALUES(`updated_at`)",
+                (self.changefeed, value),
+            )
+        )
+
+    def _changefeed_upsert(self, cur: pymysql.cursors.Cursor, topic: str | None, resolved_ts: int) -> str:
+        return str(
             cur.mogrify(
                 f"INSERT INTO {self._t('changefeed')} (`changefeed`, `topic`, `resolved_ts`, `updated_at`) "
                 "VALUES (%s, %s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "
@@ -464,13 +552,12 @@ class CheckpointStore:
                 (self.changefeed, topic, resolved_ts),
             )
         )
-        columns = ("changefeed", "schema_name", "table_name", "checkpoint_ts")
-        texts += _upsert_forward(cur, self._t("table_checkpoint"), columns, ("checkpoint_ts",), table_rows)
-        columns = ("changefeed", "topic", "partition_id", "next_offset", "resolved_ts")
-        texts += _upsert_forward(
-            cur, self._t("partition_offset"), columns, ("next_offset", "resolved_ts"), partition_rows
-        )
-        return ProgressWrite(texts, owner, self.changefeed)
+
+    def forget_partition_applied(self, cur: pymysql.cursors.Cursor) -> None:
+        """Drop row mode's per-partition applied ts and hold (in the caller's transaction): a
+        hand-off sets one ts for every partition."""
+        for table in ("partition_applied", "row_hold"):
+            cur.execute(f"DELETE FROM {self._t(table)} WHERE `changefeed` = %s", (self.changefeed,))
 
     def _fence_sql(self, *, shared: bool) -> str:
         lock = "LOCK IN SHARE MODE" if shared else "FOR UPDATE"
@@ -648,7 +735,15 @@ class CheckpointStore:
     def reset(self, conn: pymysql.connections.Connection) -> None:
         """Forget everything about this changefeed (commits); other changefeeds are untouched."""
         with conn.cursor() as cur:
-            tables = ("table_checkpoint", "partition_offset", "applied_ddl", "ddl_journal", "ddl_online")
+            tables = (
+                "table_checkpoint",
+                "partition_offset",
+                "partition_applied",
+                "row_hold",
+                "applied_ddl",
+                "ddl_journal",
+                "ddl_online",
+            )
             for table in (*tables, "changefeed"):
                 cur.execute(f"DELETE FROM {self._t(table)} WHERE `changefeed` = %s", (self.changefeed,))
         conn.commit()

@@ -52,6 +52,7 @@ def write_handoff(
     offsets = dict(offsets or {})
     for ddl in ddls:
         store.record_ddl(cur, **ddl_fields(ddl))
+    store.forget_partition_applied(cur)
     store.write(
         cur,
         topic=topic,

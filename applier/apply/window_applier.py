@@ -12,6 +12,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,8 @@ class PreparedWindow:
     early: EarlyWrites | None = None
     """Set when the window commits the early writes open on the apply session (applier.apply.early):
     ``plan``, ``statements`` and ``queries`` are then those of the rows after them only."""
+    parts: tuple[PreparedWindow, ...] = ()
+    """Row mode: each part of the window, prepared by its partition's applier."""
 
 
 class PendingApply:
@@ -171,6 +174,12 @@ class ApplySettings:
     ddl_blocking: str = "all"
     """"tables": a DDL of a known set of tables runs beside the stream and holds only their rows
     (applier.apply.online_ddl); "all": every DDL but an index one stops every table."""
+    consistency: str = "transaction"
+    """"row": windows of parts (applier.stream.row_release), each part written on a session of its
+    partition's, with that partition's progress, in a transaction of its own."""
+    summary_seconds: float = 1.0
+    """Row mode: how often the changefeed row's resolved ts (the lowest partition's applied ts, what
+    ``applier status`` and a restart read first) is written, on the apply session."""
 
 
 def _never() -> bool:
@@ -202,6 +211,13 @@ class WindowApplier:
     A DDL executor given here reports the statements it runs on the lock's session to this
     applier's statement watch (``watch_also``), so a DDL waiting on a lock is reported and killed
     on stop like the applier's own statements.
+
+    In row mode (``ApplySettings.consistency``) it keeps one applier of the same kind per partition
+    (``partition``: the one such an applier writes), created when the partition first has a part
+    to write: each writes its partition's part of a window on its own session, in its own
+    transaction with its partition's offset and applied ts (fenced under a shared lock, so that the
+    partitions never wait for each other there); the window is applied once every part committed.
+    DDLs stay on this applier's session.
     """
 
     def __init__(
@@ -215,6 +231,7 @@ class WindowApplier:
         online_ddls: OnlineDDLs | None = None,
         watch: StatementWatch | None = None,
         backoff: Backoff | None = None,
+        partition: int | None = None,
     ) -> None:
         # The checkpoint committed with each window, and the fence token it is written with.
         self._store = store
@@ -260,8 +277,20 @@ class WindowApplier:
         )
         """Sessions that write the keyed rows of large windows beside this one (applier.apply.workers)."""
         self._workers_used = 0  # workers that wrote part of the last window
-        # Early writes: off with workers, whose sessions could not see them.
-        self.early = EarlyWriter(settings.early_rows if workers == 0 else 0, settings.early_piece_rows)
+        # Row mode: the partitions' appliers (``partition`` is set on those), made on first use.
+        self._partition = partition
+        self._parts: dict[int, WindowApplier] = {}
+        self._part_pool: ThreadPoolExecutor | None = None
+        self._new_part = lambda p: WindowApplier(
+            downstream, store, settings, hooks=hooks, watch=watch, backoff=backoff, partition=p
+        )
+        self._summary_seconds = settings.summary_seconds
+        self._summary_at: float | None = None  # when the changefeed row was last written (row mode)
+        self._summary_due: Window | None = None  # the last window of parts, when it does not say it yet
+        # Early writes: off with workers, whose sessions could not see them, and in row mode, where
+        # a partition's rows are written as soon as they can be released.
+        early_rows = settings.early_rows if workers == 0 and settings.consistency != "row" else 0
+        self.early = EarlyWriter(early_rows, settings.early_piece_rows)
         self._tx = TransactionRunner(
             downstream,
             max_time=None,
@@ -299,7 +328,12 @@ class WindowApplier:
             return False
         self._maybe_committed = False
         with self.conn.cursor() as cur:
-            if window.ddl is not None:
+            if self._partition is not None:
+                key = self._partition_key(self._partition)
+                topic, partition = key if isinstance(key, tuple) else (self._topic, key)
+                landed = self._store.committed_partition_ts(cur, topic, partition) >= window.target_ts
+                landed = landed and window.target_ts > window.base_ts
+            elif window.ddl is not None:
                 landed = self._store.ddl_recorded(cur, window.ddl.commit_ts, window.ddl.query)
             elif window.floor_ts is None:
                 landed = self._store.committed_resolved_ts(cur) >= window.target_ts > window.base_ts
@@ -320,6 +354,10 @@ class WindowApplier:
     def close(self) -> None:
         if self._workers is not None:
             self._workers.close()
+        for part in self._parts.values():
+            part.close()
+        if self._part_pool is not None:
+            self._part_pool.shutdown(wait=False)
         self.early.open = None  # closing the session rolls its transaction back
         self._tx.close()
         self._connection_id = None
@@ -396,6 +434,8 @@ class WindowApplier:
         """Pass retries that happened on the apply thread to ``on_retry`` (call from the daemon's thread)."""
         while self._deferred_retries:
             self._notify_retry(self._deferred_retries.pop(0))
+        for part in self._parts.values():
+            part.deliver_notifications()
 
     # -- windows -------------------------------------------------------------------------------
     def prepare(self, window: Window) -> PreparedWindow:
@@ -405,6 +445,10 @@ class WindowApplier:
         waits for the database on the current one. Raises ``PlanError`` for a row that cannot be
         applied safely (nothing is written then).
         """
+        if window.parts and window.ddl is None and not window.joint:
+            started = time.monotonic()
+            parts = tuple(self._part(part.partition).prepare(part) for part in window.parts)
+            return PreparedWindow(window, None, [], time.monotonic() - started, parts=parts)
         if window.ddl is not None or not window.rows:
             return PreparedWindow(window, None, [], 0.0)
         early = self.early.open
@@ -465,13 +509,19 @@ class WindowApplier:
         if window.ddl is not None:
             self._drop_early()  # the DDL runs on another session: no row lock of ours may wait for it
             self._apply_ddl(window)
+        elif window.parts and not window.joint:
+            counts = self._apply_parts(prepared)
         else:
             counts = self._apply_rows(prepared)
+        if window.parts and (window.ddl is not None or window.joint):
+            # Written with this session's own checkpoint, the changefeed row and the hold included.
+            self._summary_at, self._summary_due = time.monotonic(), None
         self.stats.windows += 1
         now = time.time()
         lag = now - tso_physical_ms(window.target_ts) / 1000.0 if window.target_ts else None
         if window.ddl is None:
-            self.log.info(
+            # A partition's part is one line of its window's (``partitions``), at debug level.
+            (self.log.info if self._partition is None else self.log.debug)(
                 "window applied",
                 rows=window.row_count,
                 tables=len(window.tables),
@@ -480,6 +530,8 @@ class WindowApplier:
                 ready_s=round(now - ready_at, 3) if ready_at is not None else None,
                 seconds=round(time.monotonic() - started, 3),
                 **({"workers": self._workers_used} if self._workers is not None else {}),
+                **({"partitions": len(window.parts)} if window.parts else {}),
+                **({"partition": self._partition} if self._partition is not None else {}),
                 **({"early_rows": self.early.used} if self.early.used else {}),
                 # tables whose rows wait for a DDL beside the stream: the checkpoint stays below them
                 **(
@@ -496,7 +548,7 @@ class WindowApplier:
     def _progress(self, window: Window) -> Progress:
         key = self._partition_key
         offsets = {p: o for p, o in window.resume_offsets.items() if o is not None}
-        return Progress(
+        progress = Progress(
             topic=self._topic,
             resolved_ts=window.resolved_ts,
             tables=dict.fromkeys(window.tables, window.target_ts),
@@ -504,6 +556,101 @@ class WindowApplier:
             partition_resolved={key(p): ts for p, ts in window.resolved.items() if p in offsets},
             owner=self._owner,
         )
+        if self._partition is not None:
+            # One partition's part: its own rows only (the changefeed row and the tables' rows are
+            # shared by every partition; a restart skips this partition's rows by its applied ts).
+            progress.update(
+                tables={}, partition_applied={key(self._partition): window.target_ts}, shared=True
+            )
+        elif window.parts:  # a DDL, or parts written together (``Window.joint``)
+            progress["partition_applied"] = {key(part.partition): part.target_ts for part in window.parts}
+            progress["row_hold"] = window.row_hold
+        return progress
+
+    # -- row mode ----------------------------------------------------------------------------
+    def _part(self, partition: int) -> WindowApplier:
+        part = self._parts.get(partition)
+        if part is None:
+            part = self._parts[partition] = self._new_part(partition)
+        if part._escape is None:
+            part._escape = self._escape  # the same character set and sql_mode on every session
+        return part
+
+    def _apply_parts(self, prepared: PreparedWindow) -> dict[tuple[str, str, str], int]:
+        """Row mode: every part of the window on its partition's session at once; the window is
+        applied once they all committed. When one fails the others still finish (each commits or
+        rolls back on its own, with its own progress), then the first error is raised."""
+        window = prepared.window
+        parts = prepared.parts or tuple(self._part(part.partition).prepare(part) for part in window.parts)
+        if self._summary_at is None:
+            # The changefeed row names the topic the partitions' offsets belong to: written
+            # before any of them, or a restart would not read them.
+            self._write_summary(window.base_ts, window.row_hold)
+        pool = self._part_pool
+        if pool is None:
+            pool = self._part_pool = ThreadPoolExecutor(256, thread_name_prefix="applier-partition")
+        futures = [pool.submit(self._part(part.window.partition).apply, part) for part in parts]
+        counts: dict[tuple[str, str, str], int] = {}
+        error: BaseException | None = None
+        for future in futures:
+            try:
+                for key, n in future.result().items():
+                    counts[key] = counts.get(key, 0) + n
+            except BaseException as exc:  # the first one is raised once every part is done
+                error = error if error is not None else exc
+        if error is not None:
+            raise error
+        self.stats.transactions += len(parts)
+        for key, n in counts.items():
+            self.stats.rows_by_table_op[key] = self.stats.rows_by_table_op.get(key, 0) + n
+        self._summary_due = window
+        if time.monotonic() - self._summary_at >= self._summary_seconds:
+            self._write_summary(window.target_ts, window.row_hold)
+        return counts
+
+    def summary_async(self) -> PendingApply | None:
+        """Row mode, while nothing can be released: write the changefeed row's resolved ts on the
+        apply thread if it is behind and was last written ``summary_seconds`` ago (else None)."""
+        due = self._summary_due
+        if due is None or self._summary_at is None:
+            return None
+        if time.monotonic() - self._summary_at < self._summary_seconds:
+            return None
+        return PendingApply(due, lambda _w: self._summarise(due), early=True)
+
+    def _summarise(self, window: Window) -> dict[tuple[str, str, str], int]:
+        self._write_summary(window.target_ts, window.row_hold)
+        return {}
+
+    def flush_summary(self) -> None:
+        """Row mode, on the way out: the changefeed row says what the last window applied."""
+        due = self._summary_due
+        if due is not None:
+            self._write_summary(due.target_ts, due.row_hold)
+
+    def _write_summary(self, resolved_ts: int, row_hold: int | None) -> None:
+        """Row mode: the changefeed row's topic and resolved ts (every partition applied up to it),
+        and the partitions' joint release (``Window.row_hold``)."""
+
+        def unit() -> None:
+            with self.conn.cursor() as cur:
+                progress = Progress(
+                    topic=self._topic,
+                    resolved_ts=resolved_ts,
+                    tables={},
+                    offsets={},
+                    partition_resolved={},
+                    owner=self._owner,
+                    row_hold=row_hold,
+                )
+                self._store.write(cur, **progress)
+            self._before_commit()
+            self.conn.commit()
+
+        self._maybe_committed = False  # moving forward only: writing it twice is harmless
+        self._retry(unit)
+        self._summary_at = time.monotonic()
+        self._summary_due = None
 
     def _apply_rows(self, prepared: PreparedWindow) -> dict[tuple[str, str, str], int]:
         """One transaction: deletes, replaces and keyless ops of the window, then the checkpoint.

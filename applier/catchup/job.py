@@ -61,7 +61,7 @@ from applier.catchup.tasks import WRITE_STATS_SCHEMA, keyed_task, keyless_task, 
 from applier.catchup.writer import WriteSpec, WriteStats
 from applier.codec.events import DDLEvent, RowEvent
 from applier.downstream.lock import ActiveLock
-from applier.errors import FatalError, task_error_line
+from applier.errors import ConfigurationError, FatalError, task_error_line
 from applier.kafka.client_log import KafkaClientLog
 from applier.kafka.reader import base_consumer_config, new_consumer
 from applier.large_messages.settings import LargeMessageSettings
@@ -279,6 +279,13 @@ class CatchupJob:
         """Where the window starts and what to read: offsets per partition, cut into ranges."""
         cfg = self.cfg
         g = ckpt.resolved_ts
+        if ckpt.partition_applied:
+            raise ConfigurationError(
+                f"changefeed {cfg.group_id!r} was last applied with consistency = row and some of "
+                f"its partitions are applied beyond its resolved ts {g}: the catch-up starts from one "
+                "ts for every partition; let `applier run` go on, or run it once with consistency = "
+                "transaction until it has caught up, then start the catch-up"
+            )
         lower = max(self.from_ts, g)
         self.summary.lower_ts = lower
         margin = cfg.catchup_time_lookup_margin_seconds

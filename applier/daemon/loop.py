@@ -40,6 +40,8 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
+import pymysql
+
 from applier.apply.window_applier import Stopping, WindowApplier
 from applier.codec.decoder import decode_record
 from applier.codec.events import Event
@@ -56,6 +58,7 @@ from applier.ops.observer import Observer, Observers
 from applier.ops.redact import redact_text
 from applier.settings.schema import Config
 from applier.stream.listener import cache_bytes
+from applier.stream.row_release import PartitionBarriers
 from applier.stream.table_filter import EventFilter, table_event_filter
 
 
@@ -166,16 +169,26 @@ class Daemon:
                 self._stop_on_bad_input()
                 self._pace()
                 if self._caught_up(records):
+                    self._flush_summary()
                     self.log.info(
                         "caught up: every partition read to its end and applied",
                         resolved_ts=barrier.applied_ts,
                     )
                     return EXIT_OK
             windows.apply_ready(drain=True)  # stop requested: finish (or roll back) the window in flight
+            self._flush_summary()
         finally:
             windows.finish()
         self.log.info("stopped", resolved_ts=barrier.applied_ts)
         return EXIT_OK
+
+    def _flush_summary(self) -> None:
+        """Row mode, leaving cleanly: the changefeed row's resolved ts says the last window's. Best
+        effort (a stop gives up on a database that is down): a restart reads every partition's own."""
+        applier = self.stages.applier
+        assert applier is not None
+        with contextlib.suppress(Stopping, pymysql.MySQLError):
+            applier.flush_summary()
 
     def _tune_runtime(self) -> None:
         """Garbage collection and thread switching set for a loop that holds millions of rows."""
@@ -208,6 +221,7 @@ class Daemon:
             log=self.log,
         )
         self._next_lock_check = time.monotonic() + tuning.lock_check_seconds
+        self._joint: bool | None = None  # row mode: whether the partitions release together (logged)
         self._bad_input = None
         self._bad_partitions = set()
         self._flagged = set()  # bad or empty partitions: the only per-record check
@@ -343,6 +357,18 @@ class Daemon:
         if watch.several:
             watch.probe_quiet(self._unfed(), now)
         self.flow.pace(now, self.windows.inflight, self._bad_partitions)
+        barrier = stages.barrier
+        if isinstance(barrier, PartitionBarriers):
+            barrier.settle(stages.reader.at_end)
+            joint = barrier.joint()
+            if joint != self._joint:
+                self._joint = joint
+                self.log.info(
+                    "row mode: the partitions release together (docs/operations.md, choosing the consistency)"
+                    if joint
+                    else "row mode: each partition releases its rows on its own",
+                    resolved_ts=barrier.applied_ts,
+                )
 
     def _caught_up(self, records: list[Record]) -> bool:
         """``--exit-when-caught-up``: every partition read to its end and everything applied."""

@@ -44,6 +44,7 @@ from applier.settings.downstream import downstream_config
 from applier.settings.schema import Config
 from applier.stream.barrier import Barrier
 from applier.stream.partition_watch import PartitionWatch
+from applier.stream.row_release import PartitionBarriers
 from applier.stream.spill import SpillDir, default_spill_root
 from checkpoint import CheckpointStore
 from sqlgen.quoting import quote_table
@@ -75,7 +76,7 @@ class Stages:
 
     lock: ActiveLock | None = None
     reader: PartitionReader | None = None
-    barrier: Barrier | None = None
+    barrier: Barrier | PartitionBarriers | None = None
     applier: WindowApplier | None = None
     online: OnlineDDLs | None = None
     watch: PartitionWatch | None = None
@@ -194,11 +195,26 @@ class Startup:
             "earliest" if created_meanwhile else cfg.start,
         )
         # The barrier names partitions by slot (applier.kafka.topics): the offsets it starts from.
-        state = dataclasses.replace(ckpt, offsets={p: o for p, o in start.items() if isinstance(o, int)})
+        state = dataclasses.replace(
+            ckpt,
+            offsets={p: o for p, o in start.items() if isinstance(o, int)},
+            partition_applied={p: ts for p in partitions if (ts := ckpt.partition_applied.get(key(p)))},
+        )
         # Spill files of an earlier run are never trusted: the topic is re-read from the
         # checkpoint's offsets. Emptied only now that this instance holds the lock.
         spill = stages.spill = SpillDir(cfg.spill_dir or default_spill_root(), cfg.group_id).open()
-        barrier = stages.barrier = Barrier(partitions, state, spill)
+        barrier = stages.barrier = (
+            PartitionBarriers(
+                partitions,
+                state,
+                spill,
+                settle_seconds=self.tuning.row_settle_seconds,
+                # A partition read from its beginning may hold keys hashed over another count.
+                hold=any(key(p) not in stored for p in partitions),
+            )
+            if cfg.consistency == "row"
+            else Barrier(partitions, state, spill)
+        )
         # Always: a DDL journaled by a run with ddl_blocking = "tables" holds its tables after a
         # restart whatever the setting is now.
         barrier.holds = TableHolds(online, router)
@@ -220,6 +236,7 @@ class Startup:
                 early_rows=cfg.early_rows,
                 early_piece_rows=self.tuning.early_piece_rows,
                 ddl_blocking=cfg.ddl_blocking,
+                consistency=cfg.consistency,
                 retry_report_seconds=cfg.retry_report_seconds,
             ),
             hooks=ApplyHooks(
@@ -241,6 +258,7 @@ class Startup:
             resolved_ts=ckpt.resolved_ts,
             resume_offsets={reader.slots.label(p): o for p, o in start.items()},
             dialect=dialect.name,
+            consistency=cfg.consistency,
             max_allowed_packet=dialect.max_allowed_packet,
             spill_dir=str(spill.path),
             large_messages=large.resolver.describe() if large is not None else "refused",

@@ -134,7 +134,10 @@ class WindowPipeline:
                 window = self.barrier.next_window(self.max_rows, merge=True)
                 if window is None:
                     if not drain:
-                        self._write_early()
+                        # Row mode: the changefeed row's resolved ts, if behind; else early rows.
+                        self.inflight = applier.summary_async()
+                        if self.inflight is None:
+                            self._write_early()
                     break
                 prepared = applier.prepare(window)
             self.note_ready()

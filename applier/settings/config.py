@@ -75,6 +75,7 @@ class Config:
     apply_workers = _Value[int]()
     early_rows = _Value[int]()
     ddl_blocking = _Value[str]()
+    consistency = _Value[str]()
     max_cached_bytes = _Value[int]()
     spill_dir = _Value["str | None"]()
     standby_poll_seconds = _Value[int]()

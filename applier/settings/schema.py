@@ -138,6 +138,17 @@ def resolve(
             "beginning and skips what the restored downstream holds; latest would skip the changes "
             "made after it; drop start"
         )
+    if values.get("consistency") == "row":
+        if values.get("ddl_blocking") == "tables":
+            raise ConfigError(
+                "consistency = row and ddl_blocking = tables cannot be combined: in row mode a DDL is "
+                "a barrier every partition reaches (index DDLs still run beside the stream); drop one"
+            )
+        if values.get("apply_workers"):
+            raise ConfigError(
+                "consistency = row writes each partition on a session of its own; apply_workers "
+                "adds sessions to the transaction mode only: set it to 0 or drop consistency = row"
+            )
     if sources.get("kafka_config") in ("flag", "environment") and "kafka_config" in file_values:
         # Pass-through settings merge: file first, then the flag or variable, key by key.
         merged = parse_kv_list(file_values["kafka_config"])

@@ -261,6 +261,17 @@ SETTINGS: tuple[Setting, ...] = (
         parse=parse_early_rows,
     ),
     Setting(
+        "consistency",
+        "transaction: every window is every partition's rows up to the lowest partition's resolved "
+        "ts, one transaction, so the downstream is a snapshot of the upstream at each checkpoint; "
+        "row: each partition's rows up to its own resolved ts, on a session of its own, so the "
+        "apply scales with the partitions and a quiet or slow partition holds back only itself; "
+        "a row's versions stay in order, transactions across partitions are not atomic "
+        '(docs/operations.md, "Choosing the consistency")',
+        default="transaction",
+        choices=("transaction", "row"),
+    ),
+    Setting(
         "ddl_blocking",
         "what a DDL other than an index one stops while it runs downstream: all, every table (the "
         "downstream stays a snapshot of the upstream at each checkpoint); tables, only the tables it "

@@ -109,6 +109,9 @@ class Barrier:
             p: PartitionListener(p, self._progress, state.offsets.get(p), self._versions, spill)
             for p in parts
         }
+        for p, floor in state.partition_applied.items():
+            if p in self._listeners:
+                self._listeners[p].floor = floor
 
     def add_partition(self, partition: int, start_offset: int | None = None) -> None:
         """A partition added to the topic while running. Until it delivers a resolved ts it holds
@@ -132,6 +135,14 @@ class Barrier:
         elif partition in self._empty:
             self._empty.discard(partition)
             self._listeners[partition].rejoin_floor = self._progress.front_ts
+
+    def lift(self, ts: int) -> None:
+        """Row mode (``applier.stream.row_release``): this barrier's partition held no record and
+        starts to deliver while the others are applied up to ``ts``; nothing of it is at or below."""
+        progress = self._progress
+        if ts > progress.applied_ts and not self._held:
+            progress.applied_ts = progress.front_ts = ts
+            progress.prune()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -532,13 +543,7 @@ class Barrier:
         return sum(lst.cached_rows for lst in self._listeners.values())
 
     def _over(self, max_cached_bytes: int, max_cached_rows: int | None, fraction: float) -> bool:
-        # Spilled rows count too: pausing is what keeps the partitions ahead from filling the
-        # disk instead of memory while the barrier waits.
-        held = self.total_cached_bytes() + self.total_spilled_bytes()
-        if held > max_cached_bytes * fraction:
-            return True
-        rows = sum(lst.held_rows for lst in self._listeners.values())
-        return max_cached_rows is not None and rows > max_cached_rows * fraction
+        return over_limits(self._listeners, max_cached_bytes, max_cached_rows, fraction)
 
     def partitions_to_pause(self, max_cached_bytes: int, max_cached_rows: int | None = None) -> set[int]:
         """When the cache is over ``max_cached_bytes`` (or ``max_cached_rows``): the partitions
@@ -561,15 +566,7 @@ class Barrier:
         fetch the partitions that hold the barrier back (some brokers serve partitions unevenly).
         The partitions at the global resolved ts are never in the set, so this cannot deadlock.
         """
-        low = self.global_resolved()
-        paused = set(paused)
-        out = set()
-        for p, lst in self._listeners.items():
-            if lst.resolved > low:
-                limit = max_rows // 2 if p in paused else max_rows
-                if lst.held_rows - lst.count_upto(low) > limit:
-                    out.add(p)
-        return out
+        return far_ahead(self._listeners, self.global_resolved(), max_rows, paused)
 
     def partitions_to_resume(
         self,
@@ -586,3 +583,34 @@ class Barrier:
             return paused
         low = self.global_resolved()
         return {p for p in paused if self._listeners[p].resolved <= low}
+
+
+def over_limits(
+    listeners: Mapping[int, PartitionListener],
+    max_cached_bytes: int,
+    max_cached_rows: int | None,
+    fraction: float,
+) -> bool:
+    """Whether the rows ``listeners`` hold are over ``fraction`` of the limits. Spilled rows count
+    too: pausing is what keeps the partitions ahead from filling the disk instead of memory while
+    the barrier waits."""
+    held = sum(lst.cached_bytes + lst.spilled_bytes for lst in listeners.values())
+    if held > max_cached_bytes * fraction:
+        return True
+    rows = sum(lst.held_rows for lst in listeners.values())
+    return max_cached_rows is not None and rows > max_cached_rows * fraction
+
+
+def far_ahead(
+    listeners: Mapping[int, PartitionListener], low: int, max_rows: int, paused: Iterable[int] = ()
+) -> set[int]:
+    """The partitions ahead of ``low`` holding more than ``max_rows`` rows above it (half that for
+    the ``paused`` ones): ``Barrier.partitions_far_ahead``."""
+    paused = set(paused)
+    out = set()
+    for p, lst in listeners.items():
+        if lst.resolved > low:
+            limit = max_rows // 2 if p in paused else max_rows
+            if lst.held_rows - lst.count_upto(low) > limit:
+                out.add(p)
+    return out

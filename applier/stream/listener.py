@@ -44,12 +44,15 @@ import hashlib
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from operator import itemgetter
 
 from applier.codec._fastpath import compact_image
 from applier.codec.events import (
     FLAG_HANDLE_KEY,
+    FLAG_PRIMARY_KEY,
+    FLAG_UNIQUE_KEY,
     CompactImage,
     DDLEvent,
     Event,
@@ -325,6 +328,13 @@ class PartitionListener:
         # Set when the barrier stops treating this partition as empty: until its first resolved
         # ts, a row at or below this applied ts means the watermark passed it (RowsBehindWatermark).
         self.rejoin_floor: int | None = None
+        self.floor = 0
+        """Rows at or below it are applied (rule 1) though the applied ts is lower: what the
+        checkpoint says of this partition after a run in row mode (``Checkpoint.partition_applied``)."""
+        self.unique_tables: set[TableKey] | None = None
+        """Row mode: where to note the tables with a unique key besides their handle key (shared by
+        the partitions, ``applier.stream.row_release``); None: not noted."""
+        self._unique_seen: set[TableKey] = set()  # tables looked at for it (again after their DDLs)
         # (offset, resolved ts) each time _obs rose, in offset order: for resume offsets.
         self._res_log: list[tuple[int, int]] = []
         # Cache of kept rows.
@@ -557,6 +567,8 @@ class PartitionListener:
                 schema, name = ev.schema, ev.table  # type: ignore[union-attr]
                 table = (schema, name)  # type: ignore[assignment]
                 hk = hk_names.get(table)  # type: ignore[arg-type]
+                if self.unique_tables is not None and table not in self._unique_seen:
+                    self._note_unique(table, ev)  # type: ignore[arg-type]
             tables.append(table)
             # Keyless? One dict probe when the column that carried the handle-key flag last time
             # still carries it (exact: the flag is in this very image); a full scan otherwise.
@@ -587,6 +599,8 @@ class PartitionListener:
         share, extra = divmod(max(record_bytes, 0), n) if n else (0, 0)
         progress = self._progress
         applied = progress.applied_ts
+        if self.floor > applied:
+            applied = self.floor
         table_ts = progress.table_ts
         groups = self._groups
         ts_sorted = self._ts_sorted
@@ -730,9 +744,36 @@ class PartitionListener:
         if self._keyless_records:
             self._keyless_records = {d: top for d, top in self._keyless_records.items() if top > ts}
 
+    def _note_unique(self, table: TableKey, row: RowEvent) -> None:
+        """Row mode: note ``table`` when its columns' flags show a unique key besides the handle
+        key (TiCDC flags every column of every index, docs/open-protocol.md §3.3): a unique column
+        outside the handle key, or any unique column beside a primary key."""
+        img = row.new
+        if img is None or self.unique_tables is None:
+            return  # a delete's image may hold the handle key only: the next insert or update tells
+        self._unique_seen.add(table)
+        flags = [img[name]["f"] for name in img]
+        primary = any(f & FLAG_PRIMARY_KEY for f in flags)
+        if any(f & FLAG_UNIQUE_KEY and (primary or not f & FLAG_HANDLE_KEY) for f in flags):
+            self.unique_tables.add(table)
+
+    def first_ts_of(self, tables: AbstractSet[TableKey], above: int) -> int | None:
+        """Row mode: the lowest cached commit ts above ``above`` holding a row of one of ``tables``."""
+        if not tables:
+            return None
+        groups = self._groups
+        for ts in self._ts_sorted[bisect_right(self._ts_sorted, above) :]:
+            group = groups[ts]
+            if group.table in tables or (
+                group.more_tables is not None and not group.more_tables.isdisjoint(tables)
+            ):
+                return ts
+        return None
+
     def _on_ddl(self, offset: int, ddl: DDLEvent) -> None:
         # A DDL is broadcast to every partition: each listener queues its copy (its record must
         # stay readable until the DDL is applied); the barrier runs it once.
+        self._unique_seen.discard((ddl.schema, ddl.table))  # its keys may have changed
         key = ddl_key(ddl)
         if key in self._pending or self._progress.is_ddl_applied(key):
             self.stats.ddls_dropped += 1

@@ -48,6 +48,13 @@ class Window:
       may also hold rows at or below ``base_ts`` of tables that waited before it.
     - ``floor_ts``: with tables waiting, the ts every table is applied up to after this window
       (below ``target_ts``): what the checkpoint's resolved ts says (:attr:`resolved_ts`).
+    - ``parts``: row mode (``applier.stream.row_release``): the window is made of one window per
+      partition, each with its own base and target, applied on that partition's session; ``rows``
+      is then empty, ``target_ts`` the lowest partition's applied ts once they are all applied, and
+      a DDL window holds every partition's window at the DDL. While the partitions release
+      together (:attr:`joint`), ``rows`` or ``streamed`` hold every part's rows as well.
+    - ``row_hold``: row mode, the joint release to keep across a restart (``Checkpoint.row_hold``);
+      None: none.
     """
 
     target_ts: int
@@ -60,6 +67,8 @@ class Window:
     streamed: StreamedRows | None = None
     held: frozenset[TableKey] = frozenset()
     floor_ts: int | None = None
+    parts: tuple[Window, ...] = ()
+    row_hold: int | None = None
 
     @property
     def resolved_ts(self) -> int:
@@ -74,9 +83,27 @@ class Window:
     @property
     def row_count(self) -> int:
         """Rows of the window, in memory or spilled."""
-        return len(self.rows) + (self.streamed.count if self.streamed is not None else 0)
+        own = len(self.rows) + (self.streamed.count if self.streamed is not None else 0)
+        return own or sum(part.row_count for part in self.parts)
 
     @property
     def is_empty(self) -> bool:
         """No rows and no DDL: the window only moves the applied ts (and the resume offsets)."""
-        return not self.rows and self.ddl is None and self.streamed is None
+        return (
+            not self.rows
+            and self.ddl is None
+            and self.streamed is None
+            and all(part.is_empty for part in self.parts)
+        )
+
+    @property
+    def joint(self) -> bool:
+        """Row mode, partitions released together: the parts' rows are in ``rows`` (or
+        ``streamed``) too, to be written in one transaction on one session."""
+        return bool(self.parts) and self.ddl is None and bool(self.rows or self.streamed is not None)
+
+    @property
+    def partition(self) -> int:
+        """The partition of a row mode part (its only one)."""
+        (partition,) = self.resolved
+        return partition

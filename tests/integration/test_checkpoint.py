@@ -15,6 +15,7 @@ from applier.downstream.session import connect
 from applier.downstream.url import DownstreamConfig, parse_downstream_url
 from applier.stream.progress import SharedProgress
 from checkpoint import (
+    ROW_HOLD_OPEN,
     SCHEMA_VERSION,
     Checkpoint,
     CheckpointSchemaError,
@@ -95,7 +96,9 @@ def test_ensure_schema_creates_database_and_is_idempotent(conn, mariadb_params: 
                 ("changefeed", "InnoDB"),
                 ("ddl_journal", "InnoDB"),
                 ("ddl_online", "InnoDB"),
+                ("partition_applied", "InnoDB"),
                 ("partition_offset", "InnoDB"),
+                ("row_hold", "InnoDB"),
                 ("schema_version", "InnoDB"),
                 ("table_checkpoint", "InnoDB"),
             )
@@ -121,17 +124,65 @@ def test_newer_layout_is_refused(conn, store: CheckpointStore) -> None:
         store.ensure_schema(conn)
 
 
-def test_a_version_1_layout_gains_the_ddl_journal_and_the_online_ddls(conn, store: CheckpointStore) -> None:
+def test_a_version_1_layout_gains_the_ddl_journal_the_online_ddls_and_partition_applied(
+    conn, store: CheckpointStore
+) -> None:
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE `{store.schema}`.ddl_journal")
         cur.execute(f"DROP TABLE `{store.schema}`.ddl_online")
+        cur.execute(f"DROP TABLE `{store.schema}`.partition_applied")
+        cur.execute(f"DROP TABLE `{store.schema}`.row_hold")
         cur.execute(f"UPDATE `{store.schema}`.schema_version SET version = 1")
     conn.commit()
-    assert ensure_schema(conn, store.schema) == SCHEMA_VERSION == 3
+    assert ensure_schema(conn, store.schema) == SCHEMA_VERSION == 4
     with conn.cursor() as cur:
         assert store.pending_ddl(cur) is None
         assert store.online_ddls(cur) == []
+        assert store.committed_partition_ts(cur, "cdc", 0) == 0
     conn.commit()
+
+
+def test_row_mode_partitions_write_their_own_rows_only(conn, store: CheckpointStore, mariadb_params) -> None:
+    """A partition's progress (shared fence, its offset and applied ts) leaves the changefeed row
+    alone, so two partitions' transactions never wait for each other; load reads them back."""
+    store.claim(conn, "me")
+    write(store, conn, resolved_ts=5, owner="me")
+    other = pymysql.connect(**mariadb_params)
+    try:
+        with conn.cursor() as cur, other.cursor() as cur2:
+            store.write(cur, **progress(offsets={0: 11}, partition_applied={0: 30}, shared=True, owner="me"))
+            # Open beside the first: with an exclusive fence this one would wait for the lock.
+            store.write(cur2, **progress(offsets={1: 21}, partition_applied={1: 20}, shared=True, owner="me"))
+        conn.commit()
+        other.commit()
+    finally:
+        other.close()
+    ckpt = store.load(conn)
+    assert ckpt.resolved_ts == 5  # the changefeed row was not written by the partitions
+    assert ckpt.offsets == {0: 11, 1: 21}
+    assert ckpt.partition_applied == {("cdc", 0): 30, ("cdc", 1): 20}
+    with conn.cursor() as cur:
+        assert store.committed_partition_ts(cur, "cdc", 0) == 30
+    conn.commit()
+    # The joint release is kept by the apply session's writes: open, then until a ts, then ended.
+    for hold, loaded in ((ROW_HOLD_OPEN, ROW_HOLD_OPEN), (40, 40), (None, None)):
+        write(store, conn, resolved_ts=6, owner="me", row_hold=hold)
+        assert store.load(conn).row_hold == loaded
+    write(store, conn, resolved_ts=6, owner="me", row_hold=ROW_HOLD_OPEN)
+    with conn.cursor() as cur:
+        store.forget_partition_applied(cur)
+    conn.commit()
+    ckpt = store.load(conn)
+    assert ckpt.partition_applied == {} and ckpt.row_hold is None
+
+
+def progress(**kw) -> dict:
+    kw.setdefault("topic", "cdc")
+    kw.setdefault("resolved_ts", 0)
+    kw.setdefault("tables", {})
+    kw.setdefault("offsets", {})
+    kw.setdefault("partition_resolved", {})
+    return kw
 
 
 def test_online_ddls_are_journaled_one_row_each_until_they_end(conn, store: CheckpointStore) -> None:

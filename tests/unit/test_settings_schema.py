@@ -218,6 +218,17 @@ def test_from_ts_with_start_latest_is_refused() -> None:
     assert resolve("run", {**BASE_WITH_SECRET, "from_ts": "449999999999999999", "start": "earliest"}, {})
 
 
+def test_row_mode_refuses_what_it_cannot_combine_with() -> None:
+    assert resolve("run", {**BASE_WITH_SECRET}, {"APPLIER_CONSISTENCY": "row"}).consistency == "row"
+    assert resolve("run", {**BASE_WITH_SECRET}, {}).consistency == "transaction"
+    with pytest.raises(ConfigError, match="consistency = row and ddl_blocking = tables cannot be combined"):
+        resolve("run", {**BASE_WITH_SECRET, "consistency": "row", "ddl_blocking": "tables"}, {})
+    with pytest.raises(ConfigError, match="apply_workers adds sessions to the transaction mode only"):
+        resolve("run", {**BASE_WITH_SECRET, "consistency": "row", "apply_workers": "2"}, {})
+    with pytest.raises(ConfigError, match="'rows' is not one of transaction, row"):
+        resolve("run", {**BASE_WITH_SECRET, "consistency": "rows"}, {})
+
+
 def test_config_has_one_typed_attribute_per_setting() -> None:
     from applier.settings.config import _Value
     from applier.settings.schema import SETTINGS, Config

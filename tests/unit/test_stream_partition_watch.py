@@ -196,9 +196,18 @@ class Lock:
 
 
 class _NoApplier:
-    """The loop's streams here release no row window: it only asks whether to write rows early."""
+    """The loop's streams here release no row window: it only asks whether a row mode summary is
+    due (and writes the last one on the way out) and whether to write rows early."""
 
     early = SimpleNamespace(next_piece=lambda barrier, max_rows: None)
+
+    @staticmethod
+    def summary_async() -> None:
+        return None
+
+    @staticmethod
+    def flush_summary() -> None:
+        return None
 
 
 def run_loop(
