@@ -9,8 +9,8 @@ line in front of the database: every chunk read from either side is forwarded ha
 trip later, without holding back the chunks behind it (a link's latency, not its bandwidth). The
 changefeed is primed first: a daemon run (not timed) applies the stream's CREATE DDLs and its first
 resolved ts, so the timed run starts from a checkpoint that has every partition's offset, as a
-daemon that has been running does (in row mode, a partition read from its beginning would make the
-partitions release together for a while). Beside
+daemon that has been running does (in row mode, a partition read from its beginning makes the
+partitions release together for ``row_settle_seconds``: 0 here, the topic never grows). Beside
 it, the final rows inserted raw through the same delay line with multi-row INSERTs from one session
 (``--raw-batch`` rows a statement, a commit every ``--raw-commit``; ``--raw-sessions`` deals them
 out to more, each on a thread of its own): what one session, or several, can do across that link.
@@ -103,7 +103,9 @@ def main() -> int:
                 gen = Generator(schema, args.partitions, args.seed, args.resolved_every, tables=args.tables)
                 gen.setup_resolved = True
                 topic, group = f"net-{tag}", f"net_{tag}"
-                more = ("--http-listen", "off", "--consistency", mode, *args.daemon_args)
+                # No joint release after the priming run's start: the topic's partitions never change.
+                more = ("--http-listen", "off", "--consistency", mode, "--row-settle-seconds", "0")
+                more = (*more, *args.daemon_args)
                 cmd, env = daemon_command(broker.bootstrap, topic, group, far, ckpt, *more)
 
                 def prime(cmd: list[str] = cmd, env: dict[str, str] = env) -> None:

@@ -9,6 +9,7 @@ names the table, the statement kind and the first offending key.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -287,6 +288,7 @@ class WindowApplier:
         self._summary_seconds = settings.summary_seconds
         self._summary_at: float | None = None  # when the changefeed row was last written (row mode)
         self._summary_due: Window | None = None  # the last window of parts, when it does not say it yet
+        self._last_window: Window | None = None  # the last row mode window applied
         # Early writes: off with workers, whose sessions could not see them, and in row mode, where
         # a partition's rows are written as soon as they can be released.
         early_rows = settings.early_rows if workers == 0 and settings.consistency != "row" else 0
@@ -513,6 +515,8 @@ class WindowApplier:
             counts = self._apply_parts(prepared)
         else:
             counts = self._apply_rows(prepared)
+        if window.parts:
+            self._last_window = window
         if window.parts and (window.ddl is not None or window.joint):
             # Written with this session's own checkpoint, the changefeed row and the hold included.
             self._summary_at, self._summary_due = time.monotonic(), None
@@ -621,6 +625,14 @@ class WindowApplier:
     def _summarise(self, window: Window) -> dict[tuple[str, str, str], int]:
         self._write_summary(window.target_ts, window.row_hold)
         return {}
+
+    def hold_ended(self) -> None:
+        """Row mode: the partitions release on their own from now on; the next summary says so
+        (the checkpoint's hold is removed), at once."""
+        last = self._last_window
+        if last is not None and self._summary_at is not None:
+            self._summary_due = dataclasses.replace(last, row_hold=None)
+            self._summary_at = 0.0
 
     def flush_summary(self) -> None:
         """Row mode, on the way out: the changefeed row says what the last window applied."""

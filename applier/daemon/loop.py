@@ -362,6 +362,8 @@ class Daemon:
             barrier.settle(stages.reader.at_end)
             joint = barrier.joint()
             if joint != self._joint:
+                if self._joint and barrier.hold is None:
+                    stages.applier.hold_ended()
                 self._joint = joint
                 self.log.info(
                     "row mode: the partitions release together (docs/operations.md, choosing the consistency)"

@@ -208,7 +208,7 @@ class Startup:
                 partitions,
                 state,
                 spill,
-                settle_seconds=self.tuning.row_settle_seconds,
+                settle_seconds=cfg.row_settle_seconds,
                 # A partition read from its beginning may hold keys hashed over another count.
                 hold=any(key(p) not in stored for p in partitions),
             )

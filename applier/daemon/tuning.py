@@ -54,10 +54,6 @@ class Tuning:
     """While decoding a batch, look every this many records whether the window in flight is done
     (a batch is a few hundred milliseconds of decoding: too long for the database to wait for its
     next window)."""
-    row_settle_seconds: float = 60.0
-    """Row mode: how long after start-up, or after a partition began to deliver, the partitions
-    release together at least (``applier.stream.row_release``): longer than TiCDC's producer may
-    take to deliver what it sent before it hashed over a larger partition count."""
     switch_interval: float = 0.001
     """``sys.setswitchinterval`` for the daemon: the apply thread mostly waits for the database and
     needs the GIL back from the (CPU-bound) reading thread once per statement; Python's 5 ms

@@ -76,6 +76,7 @@ class Config:
     early_rows = _Value[int]()
     ddl_blocking = _Value[str]()
     consistency = _Value[str]()
+    row_settle_seconds = _Value[float]()
     max_cached_bytes = _Value[int]()
     spill_dir = _Value["str | None"]()
     standby_poll_seconds = _Value[int]()

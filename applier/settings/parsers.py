@@ -48,6 +48,16 @@ def parse_positive_int(text: str) -> int:
     return value
 
 
+def parse_seconds(text: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise ValueError("expected a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise ValueError("must be 0 or more seconds")
+    return value
+
+
 def parse_workers(text: str) -> int:
     try:
         value = int(str(text).strip())

@@ -22,6 +22,7 @@ from applier.settings.parsers import (
     parse_positive_int,
     parse_readable_file,
     parse_routes,
+    parse_seconds,
     parse_size,
     parse_topics,
     parse_tso,
@@ -270,6 +271,15 @@ SETTINGS: tuple[Setting, ...] = (
         '(docs/operations.md, "Choosing the consistency")',
         default="transaction",
         choices=("transaction", "row"),
+    ),
+    Setting(
+        "row_settle_seconds",
+        "row mode: after a partition starts to deliver, or a start that reads one from its beginning, "
+        "the partitions release together until every partition was read to its end this long later "
+        "and what was read is applied (TiCDC may still deliver rows hashed over the old partition "
+        "count meanwhile); 0 for a topic whose partitions never change (docs/operations.md)",
+        default=60.0,
+        parse=parse_seconds,
     ),
     Setting(
         "ddl_blocking",

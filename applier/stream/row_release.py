@@ -312,7 +312,8 @@ class PartitionBarriers:
         """What to apply next (never changes any state): a window of parts, one per partition that
         can move (its rows up to its own resolved ts, or only its applied ts), while no partition
         is at a DDL the others have not reached; else the DDL every partition holding records is at
-        (a window of their DDL windows); else None. ``max_rows`` bounds each part.
+        (a window of their DDL windows); else None. ``max_rows`` bounds the window: each part
+        gets its share.
 
         ``after``: a window of parts being applied: the parts that follow it, for partitions with
         rows to write (the DDL is never built ahead).
@@ -328,6 +329,10 @@ class PartitionBarriers:
             # and the rows of a key or a unique value on two of them apply out of order.
             self._cut_joint(max_rows, inflight)
             max_rows = None
+        if max_rows is not None:
+            # A window holds about ``max_rows`` rows however many partitions share it, so that
+            # the next one is planned while this one is written, as in the transaction mode.
+            max_rows = max(1, max_rows // max(1, len(self._subs) - len(self._empty)))
         parts: list[Window] = []
         at_ddl: dict[int, Window] = {}
         for p, sub in self._subs.items():

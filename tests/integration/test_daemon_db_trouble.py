@@ -22,7 +22,7 @@ import pytest
 
 from applier.downstream.lock import lock_name
 from applier.simulator import PRODUCER_MODES, StreamConfig, produce_simulation, simulate
-from tests.integration import eager_workers, row_mode
+from tests.integration import eager_workers
 from tests.integration.harness import Changefeed, read_log, stop, wait_for_output
 from tests.integration.lock_holder import holding_tables
 from tests.integration.private_mariadb import PrivateMariaDB, start_plain_mariadb
@@ -72,8 +72,8 @@ def test_killed_connections_and_a_held_lock_are_ridden_out(
     their connections are killed too, and they wait on the held lock, fail and leave the window
     to its own session, which waits in turn and replays. With ``blocking = "tables"`` the DDLs
     are made to last (``lock_holder``) and run beside the stream, on sessions that are killed too.
-    In row mode (``row_mode``: its joint release after start-up kept short) the partitions'
-    sessions are killed too, and the one whose rows meet the lock waits and replays."""
+    In row mode (its joint release after start-up kept short) the partitions' sessions are killed
+    too, and the one whose rows meet the lock waits and replays."""
     schema = feed.new_schema()
     sim = simulate(
         StreamConfig(seed=41, partitions=4, transactions=1500, schema=schema, **PRODUCER_MODES[mode])
@@ -92,8 +92,7 @@ def test_killed_connections_and_a_held_lock_are_ridden_out(
         feed.module = eager_workers.__name__
         feed.extra_args += ["--apply-workers", str(workers)]
     if consistency == "row":
-        feed.module = row_mode.__name__
-        feed.extra_args += ["--consistency", "row"]
+        feed.extra_args += ["--consistency", "row", "--row-settle-seconds", "0.5"]
     lasting = holding_tables(feed.mariadb_params, schema, seed=41) if blocking == "tables" else nullcontext()
     # With "tables", composite's rows wait while its ADD COLUMN waits for the lock holder, and may
     # never meet a row lock: one on a table without DDLs is met.

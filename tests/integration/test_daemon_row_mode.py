@@ -1,7 +1,7 @@
 """Row mode (``consistency = "row"``, applier.stream.row_release) end to end: simulated TiCDC
 streams through the real broker into MariaDB, every partition applying on its own session.
 
-The daemon runs with its joint release after start-up kept short (tests/integration/row_mode.py).
+The daemon runs with its joint release after start-up kept short (``--row-settle-seconds 0.5``).
 A third of each stream is in the topic before it starts; the rest is produced in pieces while it
 runs, so that most of it goes through each partition's own release once the partitions have been
 read to their end.
@@ -27,8 +27,7 @@ ON_ITS_OWN = "each partition releases its rows on its own"
 
 
 def row_mode(feed: Changefeed) -> None:
-    feed.module = "tests.integration.row_mode"
-    feed.extra_args += ["--consistency", "row"]
+    feed.extra_args += ["--consistency", "row", "--row-settle-seconds", "0.5"]
 
 
 def follow(feed: Changefeed, sim: Simulation, partitions: int, pieces: int = 20) -> str:
