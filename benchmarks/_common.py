@@ -1030,11 +1030,12 @@ def wait_for(check: Callable[[], bool], timeout: float, daemon: DaemonProcess, i
 
 
 def committed_ts(conn: pymysql.connections.Connection, ckpt_schema: str, group: str) -> int:
+    """What every partition is applied up to, as ``applier status`` says (both modes)."""
+    from checkpoint.schema import applied_ts_query
+
     with conn.cursor() as cur:
         try:
-            cur.execute(
-                f"SELECT `resolved_ts` FROM `{ckpt_schema}`.`changefeed` WHERE `changefeed` = %s", (group,)
-            )
+            cur.execute(applied_ts_query(f"`{ckpt_schema}`"), (group,))
         except pymysql.err.ProgrammingError:  # not created yet
             return 0
         row = cur.fetchone()

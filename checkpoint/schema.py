@@ -145,6 +145,21 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 }
 
 
+def applied_ts_query(q: str) -> str:
+    """The statement reading what every partition of a changefeed is applied up to (one ``%s``:
+    the changefeed; ``q``: the quoted schema): the changefeed row's resolved ts, or, in row mode,
+    the lowest partition's applied ts when every partition is past it (the changefeed row is
+    written about every second there, the partitions' rows with each of their transactions)."""
+    return (
+        "SELECT GREATEST(c.`resolved_ts`, "
+        "COALESCE(MIN(GREATEST(c.`resolved_ts`, COALESCE(a.`applied_ts`, 0))), 0)) "
+        f"FROM {q}.`changefeed` c LEFT JOIN {q}.`partition_offset` o "
+        "ON o.`changefeed` = c.`changefeed` AND o.`topic` = c.`topic` "
+        f"LEFT JOIN {q}.`partition_applied` a ON a.`changefeed` = o.`changefeed` AND a.`topic` = o.`topic` "
+        "AND a.`partition_id` = o.`partition_id` WHERE c.`changefeed` = %s GROUP BY c.`resolved_ts`"
+    )
+
+
 class CheckpointSchemaError(FatalError):
     """The checkpoint schema cannot be used by this applier (e.g. written by a newer release)."""
 

@@ -14,7 +14,7 @@ from typing import Any, Final
 import pymysql
 
 from applier.codec.events import tso_physical_ms
-from checkpoint.schema import quote_ident, validate_schema_name
+from checkpoint.schema import applied_ts_query, quote_ident, validate_schema_name
 
 
 def lag_seconds(ts: int, now: float) -> float | None:
@@ -102,7 +102,8 @@ def status_report(
             row = cur.fetchone()
             if row is None:
                 return report
-            resolved = int(row[1])
+            cur.execute(applied_ts_query(q), (changefeed,))
+            resolved = max(int(row[1]), int(cur.fetchone()[0]))  # row mode: every partition's
             report.update(
                 found=True,
                 topic=row[0],

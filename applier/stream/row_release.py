@@ -372,6 +372,8 @@ class PartitionBarriers:
             for p, sub in self._subs.items()
             if p not in self._empty
         ]
+        if not counted:
+            return  # no partition holds a record yet
         low = min(sub.cap if sub.cap is not None else sub.global_resolved() for _, _, sub in counted)
         below = sum(lst.count_upto(base) for lst, base, _ in counted)
 

@@ -159,6 +159,8 @@ def test_row_mode_partitions_write_their_own_rows_only(conn, store: CheckpointSt
         other.close()
     ckpt = store.load(conn)
     assert ckpt.resolved_ts == 5  # the changefeed row was not written by the partitions
+    # ``applier status``: what every partition is applied up to, the lowest partition's.
+    assert status_report(conn, store.schema, store.changefeed)["resolved_ts"] == 20
     assert ckpt.offsets == {0: 11, 1: 21}
     assert ckpt.partition_applied == {("cdc", 0): 30, ("cdc", 1): 20}
     with conn.cursor() as cur:

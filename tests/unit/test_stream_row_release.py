@@ -213,3 +213,14 @@ def test_a_joint_window_is_cut_at_one_ts_for_every_partition() -> None:
     assert window is not None and window.joint
     assert {p.partition: p.target_ts for p in window.parts} == {0: 12, 1: 12}
     assert sorted(r.commit_ts for r in window.rows) == [10, 11, 11, 12]
+
+
+def test_a_topic_whose_partitions_are_all_empty_yet_releases_nothing() -> None:
+    barrier, feed, _ = settled(2)
+    barrier.set_empty(0, True)
+    barrier.set_empty(1, True)
+    assert barrier.joint() and barrier.next_window(100) is None
+    barrier.set_empty(0, False)
+    feed(0, keyed_row(10, 1), resolved_event(20))
+    window = apply(barrier)
+    assert window is not None and window.joint and [r.commit_ts for r in window.rows] == [10]
