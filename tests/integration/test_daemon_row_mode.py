@@ -9,6 +9,7 @@ read to their end.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 import threading
@@ -16,7 +17,7 @@ import time
 
 import pytest
 
-from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, simulate
+from applier.simulator import PRODUCER_MODES, Simulation, StreamConfig, produce_simulation, simulate
 from applier.simulator.producer import ensure_topic, produce_records
 from tests.integration.harness import Changefeed, kill_loop, read_log, stop
 from tests.integration.ops_support import wait_until
@@ -236,4 +237,38 @@ def test_kill_loop_in_row_mode_converges(feed: Changefeed, tmp_path, mode: str) 
     assert ON_ITS_OWN in log and "partitions=" in log.split(ON_ITS_OWN, 1)[1], (
         "no part was written on its own"
     )
+    assert feed.compare(sim, sim.final_resolved_ts) == []
+
+
+@pytest.mark.parametrize("mode", ["all-classic", "all-new"])
+def test_row_mode_with_a_topic_per_table_converges(feed: Changefeed, mode: str) -> None:
+    """TiCDC's topic dispatcher (docs/open-protocol.md §5.10): quiet topics, a topic per table
+    found by pattern as it appears; a third in the topics before the start, the rest while the
+    daemon runs."""
+    row_mode(feed)
+    cfg = StreamConfig(
+        seed=18,
+        partitions=2,
+        transactions=300,
+        resolved_every=1,
+        schema=feed.new_schema(),
+        topic_dispatcher=True,
+        **PRODUCER_MODES[mode],
+    )
+    sim = simulate(cfg)
+    records = sim.records
+    head = len(records) // 3
+    produce_simulation(feed.bootstrap, feed.topic, dataclasses.replace(sim, records=records[:head]))
+    feed.extra_args += ["--topic", f"/{feed.topic}_.*/"]
+    proc = feed.start()
+    try:
+        step = max(1, (len(records) - head) // 12)
+        for i in range(head, len(records), step):
+            time.sleep(0.25)
+            piece = dataclasses.replace(sim, records=records[i : i + step])
+            produce_simulation(feed.bootstrap, feed.topic, piece, create=False)
+        wait_until(lambda: feed.checkpoint()[0] == sim.final_resolved_ts, 180, "the final resolved ts", proc)
+    finally:
+        stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0, read_log(proc)
     assert feed.compare(sim, sim.final_resolved_ts) == []

@@ -47,8 +47,14 @@ def _compare(feed: Changefeed, sim, ts: int, dst: str) -> list[str]:
         conn.close()
 
 
-@pytest.mark.parametrize("mode", ["all-classic", "all-new"])
-def test_a_routed_stream_converges_in_the_target_schema(feed: Changefeed, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "consistency"), [("all-classic", "transaction"), ("all-new", "transaction"), ("all-new", "row")]
+)
+def test_a_routed_stream_converges_in_the_target_schema(
+    feed: Changefeed, mode: str, consistency: str
+) -> None:
+    """Also in row mode: its second run resumes every partition from its own offset and applied ts."""
+    feed.extra_args += ["--consistency", consistency, "--row-settle-seconds", "0.5"]
     src, dst = feed.new_schema("src"), feed.new_schema("dst")
     cfg = StreamConfig(seed=31, partitions=3, transactions=220, schema=src, **PRODUCER_MODES[mode])
     sim = simulate(cfg)
