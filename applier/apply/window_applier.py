@@ -331,10 +331,11 @@ class WindowApplier:
         self._maybe_committed = False
         with self.conn.cursor() as cur:
             if self._partition is not None:
-                key = self._partition_key(self._partition)
-                topic, partition = key if isinstance(key, tuple) else (self._topic, key)
-                landed = self._store.committed_partition_ts(cur, topic, partition) >= window.target_ts
-                landed = landed and window.target_ts > window.base_ts
+                landed = self._partition_landed(cur, self._partition, window)
+            elif window.parts and window.ddl is None:
+                # Partitions written together: the lowest partition's ts may not move, the
+                # partitions' own do, in the one transaction.
+                landed = any(self._partition_landed(cur, part.partition, part) for part in window.parts)
             elif window.ddl is not None:
                 landed = self._store.ddl_recorded(cur, window.ddl.commit_ts, window.ddl.query)
             elif window.floor_ts is None:
@@ -352,6 +353,15 @@ class WindowApplier:
                 resolved_ts=window.target_ts,
             )
         return landed
+
+    def _partition_landed(self, cur: pymysql.cursors.Cursor, partition: int, part: Window) -> bool:
+        """Whether the checkpoint says ``partition`` is applied up to the target of ``part``, a
+        window that moves it."""
+        if part.target_ts <= part.base_ts:
+            return False
+        key = self._partition_key(partition)
+        topic, number = key if isinstance(key, tuple) else (self._topic, key)
+        return self._store.committed_partition_ts(cur, topic, number) >= part.target_ts
 
     def close(self) -> None:
         if self._workers is not None:
